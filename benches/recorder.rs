@@ -1,0 +1,94 @@
+//! Recorder hot paths: SSE bytes in → decoded → classified → framed into the window → compacted,
+//! against a plain copy of the same bytes; snapshot capture and serialization.
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tether::event::{classify, Event};
+use tether::frames;
+use tether::run::{Run, DEFAULT_WINDOW};
+use tether::sse::{Decoded, Decoder};
+
+/// Upstream SSE bytes of `n` text deltas of `len` bytes each, cut into reads of `read` bytes.
+fn upstream(n: usize, delta_len: impl Fn(usize) -> usize, read: usize) -> Vec<Bytes> {
+    let mut all = Vec::new();
+    for i in 0..n {
+        let delta: String = (0..delta_len(i)).map(|j| (b'a' + ((i + j) % 26) as u8) as char).collect();
+        all.extend_from_slice(
+            format!("data: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"{delta}\"}}\n\n")
+                .as_bytes(),
+        );
+    }
+    all.chunks(read).map(Bytes::copy_from_slice).collect()
+}
+
+/// The whole recording path, as the producer runs it: one batch per upstream read.
+fn record(chunks: &[Bytes]) -> Run {
+    let run = Run::new("run-0123456789abcdef", DEFAULT_WINDOW);
+    let mut dec = Decoder::new(8 << 20);
+    let mut decoded = Vec::new();
+    let mut batch: Vec<Event> = Vec::new();
+    for c in chunks {
+        decoded.clear();
+        batch.clear();
+        dec.feed(c, &mut decoded);
+        for d in &decoded {
+            if let Decoded::Event(e) = d {
+                batch.push(classify(e));
+            }
+        }
+        run.append(&batch);
+    }
+    run
+}
+
+fn benches(c: &mut Criterion) {
+    let mut g = c.benchmark_group("recorder");
+    let big = upstream(10_000, |_| 1024, 16 * 1024);
+    let bytes: usize = big.iter().map(Bytes::len).sum();
+    g.throughput(Throughput::Bytes(bytes as u64));
+    g.bench_function("append_10k_1k", |b| b.iter(|| record(&big)));
+    // Baseline: keep a plain copy of the same bytes, one allocation per event.
+    let events: Vec<Bytes> = {
+        let mut dec = Decoder::new(8 << 20);
+        let mut out = Vec::new();
+        big.iter().for_each(|c| dec.feed(c, &mut out));
+        out.into_iter()
+            .filter_map(|d| match d {
+                Decoded::Event(e) => Some(e.data),
+                _ => None,
+            })
+            .collect()
+    };
+    g.bench_function("memcpy_10k_1k", |b| {
+        b.iter(|| {
+            events.iter().map(|e| Bytes::copy_from_slice(e)).collect::<Vec<_>>()
+        })
+    });
+
+    let tokens = upstream(100_000, |i| 4 + i % 5, 16 * 1024);
+    g.throughput(Throughput::Elements(100_000));
+    g.bench_function("append_100k_tokens", |b| b.iter(|| record(&tokens)));
+
+    // Capture on a large run with many unmergeable events: cost must not grow with the run.
+    let mut mixed = Vec::new();
+    for i in 0..100_000 {
+        mixed.extend_from_slice(
+            format!("data: {{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":{i}}}\n\ndata: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m{i}\",\"delta\":\"tok\"}}\n\n").as_bytes(),
+        );
+    }
+    let mixed: Vec<Bytes> = mixed.chunks(16 * 1024).map(Bytes::copy_from_slice).collect();
+    let large = record(&mixed);
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("snapshot_capture", |b| b.iter(|| large.capture()));
+
+    let run10m = record(&big);
+    let cap = run10m.capture();
+    g.throughput(Throughput::Bytes(cap.history.len() as u64));
+    g.bench_function("snapshot_serialize", |b| {
+        b.iter_batched(|| cap.clone(), |cap| frames::snapshot("r", cap.seq, &cap.history), BatchSize::SmallInput)
+    });
+    g.finish();
+}
+
+criterion_group!(recorder, benches);
+criterion_main!(recorder);

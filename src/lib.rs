@@ -1,0 +1,20 @@
+//! tether: a Pingora sidecar that records AI-chat SSE turns and serves reconnecting clients.
+//!
+//! ```text
+//! client ──POST /chat──▶ proxy ──spawn──▶ producer ──HTTP──▶ backend (unchanged)
+//!                          │                 │ bytes
+//!                          │                 ▼
+//!                          │            SSE decoder ──events──▶ run log ──┬─ window (encoded frames)
+//!                          │                                              └─ compacted snapshot
+//! client ──POST /chat/live─┴──────────▶ observer ◀──cursor / wakeups── run log
+//!                                          └──▶ STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client
+//! ```
+//!
+//! The modules, in data-flow order. The pure core (`sse`, `event`, `compact`, `frames`, `run`)
+//! imports nothing from Pingora and no network types.
+
+pub mod sse;
+pub mod event;
+pub mod compact;
+pub mod frames;
+pub mod run;

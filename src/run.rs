@@ -1,0 +1,307 @@
+//! One run's log: seq assignment, the replay window of encoded frames, the compacted history,
+//! terminal state, and the wake-up observers wait on.
+//!
+//! The producer is the writer; observers only read by cursor. Every event is encoded once as a
+//! `STREAM_EVENT` frame and shared by all observers. A snapshot is captured under the lock without
+//! copying any text ([`Run::capture`]) and serialized outside it; [`Run::snapshot`] caches the
+//! serialized frame per seq, so a reconnect storm serializes it once.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::compact::{Capture, Compactor};
+use crate::event::Event;
+use crate::frames::{self, End};
+
+/// Default number of events kept in the replay window.
+pub const DEFAULT_WINDOW: usize = 4096;
+
+/// Why a cursor cannot be served from the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorMiss {
+    /// The cursor is past the run's head.
+    Ahead,
+    /// The events after the cursor have left the window.
+    Expired,
+}
+
+/// What a read after a cursor returns.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// `STREAM_EVENT` frames after the cursor, in seq order.
+    pub frames: Vec<Bytes>,
+    /// The seq of the last frame returned (the cursor when none).
+    pub last: u64,
+    /// The run's terminal state, present once `last` reached the run's end.
+    pub end: Option<End>,
+    /// Arrival time of the last frame returned (for delivery-delay metrics).
+    pub last_arrival: Option<Instant>,
+}
+
+/// A snapshot captured under the lock: shares the history, copies no text.
+#[derive(Debug, Clone)]
+pub struct SnapshotCapture {
+    /// The last seq the snapshot covers.
+    pub seq: u64,
+    /// The compacted history up to `seq`.
+    pub history: Capture,
+    /// The terminal state, if the run had ended at capture time.
+    pub end: Option<End>,
+}
+
+/// Result of appending a batch of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Appended {
+    /// Events recorded.
+    pub events: usize,
+    /// Change in bytes held by the run.
+    pub bytes: isize,
+}
+
+#[derive(Debug)]
+struct State {
+    head: u64,
+    window: VecDeque<(Bytes, Instant)>,
+    window_bytes: usize,
+    history: Compactor,
+    end: Option<End>,
+    producing: bool,
+}
+
+impl State {
+    fn held(&self) -> usize {
+        self.window_bytes + self.history.allocated()
+    }
+}
+
+/// One recorded run.
+#[derive(Debug)]
+pub struct Run {
+    id: String,
+    window_cap: usize,
+    state: Mutex<State>,
+    wake: watch::Sender<u64>,
+    cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
+    observers: AtomicUsize,
+}
+
+impl Run {
+    /// A new, live run keeping the last `window` events as frames.
+    pub fn new(id: impl Into<String>, window: usize) -> Self {
+        Run {
+            id: id.into(),
+            window_cap: window.max(1),
+            state: Mutex::new(State {
+                head: 0,
+                window: VecDeque::new(),
+                window_bytes: 0,
+                history: Compactor::new(),
+                end: None,
+                producing: true,
+            }),
+            wake: watch::channel(0).0,
+            cache: tokio::sync::Mutex::new(None),
+            observers: AtomicUsize::new(0),
+        }
+    }
+
+    /// The transport run id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The last seq recorded.
+    pub fn head(&self) -> u64 {
+        self.state.lock().head
+    }
+
+    /// The terminal state observers see, once set.
+    pub fn end(&self) -> Option<End> {
+        self.state.lock().end.clone()
+    }
+
+    /// Whether the producer is still reading the upstream.
+    pub fn is_producing(&self) -> bool {
+        self.state.lock().producing
+    }
+
+    /// Bytes held by the window and the history.
+    pub fn bytes(&self) -> usize {
+        self.state.lock().held()
+    }
+
+    /// A receiver woken after every batch of events and at the end.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.wake.subscribe()
+    }
+
+    /// Counts an observer in; the guard counts it out when dropped.
+    pub fn observe(self: &std::sync::Arc<Self>) -> ObserverGuard {
+        self.observers.fetch_add(1, Ordering::Relaxed);
+        ObserverGuard(self.clone())
+    }
+
+    /// Number of observers attached now.
+    pub fn observers(&self) -> usize {
+        self.observers.load(Ordering::Relaxed)
+    }
+
+    /// Records a batch of events (one upstream read) and wakes observers once. Events arriving
+    /// after the observers' end (a superseded run) are not recorded.
+    pub fn append(&self, events: &[Event]) -> Appended {
+        if events.is_empty() {
+            return Appended::default();
+        }
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        if st.end.is_some() {
+            return Appended::default();
+        }
+        let before = st.held() as isize;
+        let total: usize = events
+            .iter()
+            .map(|e| frames::event_frame_len(&self.id, e.json.len()))
+            .sum();
+        let mut buf = BytesMut::with_capacity(total);
+        for e in events {
+            st.head += 1;
+            let head = st.head;
+            frames::write_event(&mut buf, &self.id, head, &e.json);
+            let frame = buf.split().freeze();
+            st.window_bytes += frame.len();
+            st.window.push_back((frame, now));
+            if st.window.len() > self.window_cap {
+                if let Some((old, _)) = st.window.pop_front() {
+                    st.window_bytes -= old.len();
+                }
+            }
+            st.history.push(e);
+        }
+        let head = st.head;
+        let appended = Appended {
+            events: events.len(),
+            bytes: st.held() as isize - before,
+        };
+        drop(st);
+        self.wake.send_replace(head);
+        appended
+    }
+
+    /// Ends the run for its observers (if not already ended) and marks the producer done.
+    pub fn finish(&self, persisted: bool, reason: Option<&'static str>) -> End {
+        let mut st = self.state.lock();
+        st.producing = false;
+        let head = st.head;
+        let end = st
+            .end
+            .get_or_insert_with(|| End {
+                seq: head,
+                persisted,
+                superseded: false,
+                next_run_id: None,
+                reason,
+            })
+            .clone();
+        drop(st);
+        self.wake.send_modify(|_| {});
+        end
+    }
+
+    /// Ends the run for its observers because `next` replaced it; the producer keeps going.
+    /// Returns false when the run had already ended.
+    pub fn supersede(&self, next: &str) -> bool {
+        let mut st = self.state.lock();
+        if st.end.is_some() {
+            return false;
+        }
+        st.end = Some(End {
+            seq: st.head,
+            persisted: false,
+            superseded: true,
+            next_run_id: Some(next.to_string()),
+            reason: Some("superseded"),
+        });
+        drop(st);
+        self.wake.send_modify(|_| {});
+        true
+    }
+
+    /// The frames after `after`, up to `max` of them, or why the window cannot serve them.
+    pub fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
+        let st = self.state.lock();
+        if after > st.head {
+            return Err(CursorMiss::Ahead);
+        }
+        let first = st.head + 1 - st.window.len() as u64; // seq of window[0]
+        if after + 1 < first {
+            return Err(CursorMiss::Expired);
+        }
+        let skip = (after + 1 - first) as usize;
+        let mut read = Read {
+            last: after,
+            ..Read::default()
+        };
+        for (frame, at) in st.window.iter().skip(skip).take(max) {
+            read.frames.push(frame.clone());
+            read.last_arrival = Some(*at);
+        }
+        read.last = after + read.frames.len() as u64;
+        if let Some(end) = &st.end {
+            if read.last >= end.seq {
+                read.end = Some(end.clone());
+                read.frames.truncate((end.seq.saturating_sub(after)) as usize);
+                read.last = read.last.min(end.seq);
+            }
+        }
+        Ok(read)
+    }
+
+    /// Captures a snapshot under the lock, copying no text.
+    pub fn capture(&self) -> SnapshotCapture {
+        let mut st = self.state.lock();
+        let seq = st.head;
+        SnapshotCapture {
+            seq,
+            history: st.history.capture(),
+            end: st.end.clone(),
+        }
+    }
+
+    /// The serialized `STREAM_SNAPSHOT` frame of the run now, its seq and terminal state.
+    /// Serialized outside the run's lock, and at most once per seq.
+    pub async fn snapshot(&self) -> (u64, Bytes, Option<End>) {
+        let mut cache = self.cache.lock().await;
+        let (head, end) = {
+            let st = self.state.lock();
+            (st.head, st.end.clone())
+        };
+        if let Some((seq, frame)) = cache.as_ref() {
+            if *seq == head {
+                return (head, frame.clone(), end);
+            }
+        }
+        let cap = self.capture();
+        let frame = frames::snapshot(&self.id, cap.seq, &cap.history);
+        *cache = Some((cap.seq, frame.clone()));
+        (cap.seq, frame, cap.end)
+    }
+}
+
+/// Counts one observer of a run while alive.
+#[derive(Debug)]
+pub struct ObserverGuard(std::sync::Arc<Run>);
+
+impl Drop for ObserverGuard {
+    fn drop(&mut self) {
+        self.0.observers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+#[path = "run_tests.rs"]
+mod tests;

@@ -1,0 +1,346 @@
+//! Incremental Server-Sent Events decoder (WHATWG rules) and frame encoder: pure, no I/O.
+//!
+//! The [`Decoder`] is fed arbitrary chunks of an `text/event-stream` body, down to one byte at a
+//! time, and yields exactly the events the WHATWG "server-sent events" parsing rules give:
+//! CR, LF and CRLF line endings (a CR ending one chunk and its LF starting the next count once),
+//! one byte-order mark stripped at stream start only, comments, multi-line `data` joined with
+//! `\n`, `event`, `id` (ignored when it contains NUL) and `retry`. An event still incomplete at
+//! end of stream is never dispatched. The decoder works on bytes, so a multi-byte UTF-8
+//! character split across chunks is reassembled untouched.
+//!
+//! A `data` line that lies inside one chunk is handed out as a [`Bytes`] slice of that chunk,
+//! without copying. An event larger than the configured cap is dropped, reported once as
+//! [`Decoded::Oversized`], and decoding resumes at the next event; the decoder never buffers
+//! more than the cap.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One dispatched SSE event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEvent {
+    /// The `event` field, or `None` for the default type (`message`).
+    pub event: Option<Bytes>,
+    /// The `data` lines joined with `\n`.
+    pub data: Bytes,
+    /// The last event id in force when the event was dispatched, if any was set.
+    pub id: Option<Bytes>,
+}
+
+/// What one step of decoding produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// A complete event.
+    Event(SseEvent),
+    /// An event that grew past the cap and was dropped; `bytes` is how much of it had been seen
+    /// when it was dropped (at least the cap).
+    Oversized {
+        /// Bytes of the event seen before it was dropped.
+        bytes: usize,
+    },
+}
+
+/// The data buffer of the event being built: one zero-copy slice, or a joined copy.
+#[derive(Debug, Default)]
+enum Data {
+    #[default]
+    Empty,
+    One(Bytes),
+    Many(BytesMut),
+}
+
+impl Data {
+    fn len(&self) -> usize {
+        match self {
+            Data::Empty => 0,
+            Data::One(b) => b.len(),
+            Data::Many(m) => m.len(),
+        }
+    }
+}
+
+/// Incremental SSE decoder. See the module docs for the rules it follows.
+#[derive(Debug)]
+pub struct Decoder {
+    max_event: usize,
+    /// Bytes of a possible byte-order mark matched so far; `None` once the stream has started.
+    bom_matched: Option<usize>,
+    /// The unfinished line carried over from earlier chunks (unused while discarding).
+    line: BytesMut,
+    /// Whether the carried-over line has any byte (tracked even while discarding).
+    line_nonempty: bool,
+    /// The previous chunk ended with CR: a leading LF in the next chunk belongs to it.
+    skip_lf: bool,
+    data: Data,
+    data_lines: usize,
+    event_type: Option<Bytes>,
+    last_id: Option<Bytes>,
+    retry: Option<u64>,
+    /// Dropping an oversized event: skip everything up to the next blank line.
+    discarding: bool,
+    dropped: u64,
+}
+
+impl Decoder {
+    /// A decoder that drops any event whose buffered size would exceed `max_event` bytes.
+    pub fn new(max_event: usize) -> Self {
+        Decoder {
+            max_event: max_event.max(1),
+            bom_matched: Some(0),
+            line: BytesMut::new(),
+            line_nonempty: false,
+            skip_lf: false,
+            data: Data::Empty,
+            data_lines: 0,
+            event_type: None,
+            last_id: None,
+            retry: None,
+            discarding: false,
+            dropped: 0,
+        }
+    }
+
+    /// The reconnection time last set by a valid `retry` field, in milliseconds.
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// The last event id set by an `id` field (`None` when never set or set empty).
+    pub fn last_event_id(&self) -> Option<&Bytes> {
+        self.last_id.as_ref()
+    }
+
+    /// How many oversized events have been dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Decodes one chunk, appending what it completes to `out`.
+    pub fn feed(&mut self, chunk: &Bytes, out: &mut Vec<Decoded>) {
+        let mut pos = 0;
+        if let Some(matched) = self.bom_matched {
+            // Match the BOM byte by byte: it may itself be split across chunks.
+            let mut m = matched;
+            while m < BOM.len() && pos < chunk.len() && chunk[pos] == BOM[m] {
+                m += 1;
+                pos += 1;
+            }
+            if m == BOM.len() {
+                self.bom_matched = None;
+            } else if pos == chunk.len() {
+                self.bom_matched = Some(m);
+                return;
+            } else {
+                // Not a BOM after all: what was held back is ordinary line content.
+                // Bytes held back from earlier chunks become line content; this chunk's own
+                // bytes are scanned again from where the match began in it.
+                self.bom_matched = None;
+                self.line.extend_from_slice(&BOM[..matched]);
+                self.line_nonempty = matched > 0;
+                pos -= m - matched;
+            }
+        }
+        if self.skip_lf && pos < chunk.len() {
+            self.skip_lf = false;
+            if chunk[pos] == b'\n' {
+                pos += 1;
+            }
+        }
+        while pos < chunk.len() {
+            match memchr::memchr2(b'\n', b'\r', &chunk[pos..]) {
+                None => {
+                    self.carry(&chunk[pos..], out);
+                    return;
+                }
+                Some(i) => {
+                    let end = pos + i;
+                    let cr = chunk[end] == b'\r';
+                    self.end_line(chunk, pos, end, out);
+                    pos = end + 1;
+                    if cr {
+                        if pos == chunk.len() {
+                            self.skip_lf = true;
+                        } else if chunk[pos] == b'\n' {
+                            pos += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Ends the stream. An event without its blank line is discarded, never dispatched; returns
+    /// whether one was pending.
+    pub fn finish(&mut self) -> bool {
+        let pending = self.data_lines > 0 || self.line_nonempty || self.discarding;
+        self.line.clear();
+        self.line_nonempty = false;
+        self.reset_event();
+        self.discarding = false;
+        pending
+    }
+
+    /// Keeps the unfinished tail of a chunk for the next one.
+    fn carry(&mut self, part: &[u8], out: &mut Vec<Decoded>) {
+        if part.is_empty() {
+            return;
+        }
+        self.line_nonempty = true;
+        if self.discarding {
+            return;
+        }
+        if self.data.len() + self.line.len() + part.len() > self.max_event {
+            self.start_discard(self.data.len() + self.line.len() + part.len(), out);
+            return;
+        }
+        self.line.extend_from_slice(part);
+    }
+
+    /// A line ending was found at `chunk[end]`; the line's bytes in this chunk are `start..end`.
+    fn end_line(&mut self, chunk: &Bytes, start: usize, end: usize, out: &mut Vec<Decoded>) {
+        let blank = !self.line_nonempty && start == end;
+        if self.discarding {
+            self.line_nonempty = false;
+            if blank {
+                self.discarding = false;
+                self.reset_event();
+            }
+            return;
+        }
+        if blank {
+            self.dispatch(out);
+            return;
+        }
+        if self.line_nonempty {
+            let size = self.data.len() + self.line.len() + (end - start);
+            if size > self.max_event {
+                self.start_discard(size, out);
+                self.line_nonempty = false;
+                return;
+            }
+            self.line.extend_from_slice(&chunk[start..end]);
+            self.line_nonempty = false;
+            let line = self.line.split().freeze();
+            let n = line.len();
+            self.process_line(&line, 0, n, out);
+        } else {
+            self.process_line(chunk, start, end, out);
+        }
+    }
+
+    fn process_line(&mut self, src: &Bytes, start: usize, end: usize, out: &mut Vec<Decoded>) {
+        let line = &src[start..end];
+        if line.first() == Some(&b':') {
+            return; // comment
+        }
+        let (name, value_start) = match memchr::memchr(b':', line) {
+            Some(c) => {
+                let mut v = start + c + 1;
+                if v < end && src[v] == b' ' {
+                    v += 1;
+                }
+                (&line[..c], v)
+            }
+            None => (line, end),
+        };
+        match name {
+            b"data" => {
+                let size = self.data.len() + 1 + (end - value_start);
+                if size > self.max_event {
+                    self.start_discard(size, out);
+                    return;
+                }
+                self.data = match std::mem::take(&mut self.data) {
+                    Data::Empty => Data::One(src.slice(value_start..end)),
+                    Data::One(first) => {
+                        let mut m = BytesMut::with_capacity(first.len() + 1 + end - value_start);
+                        m.extend_from_slice(&first);
+                        m.put_u8(b'\n');
+                        m.extend_from_slice(&src[value_start..end]);
+                        Data::Many(m)
+                    }
+                    Data::Many(mut m) => {
+                        m.put_u8(b'\n');
+                        m.extend_from_slice(&src[value_start..end]);
+                        Data::Many(m)
+                    }
+                };
+                self.data_lines += 1;
+            }
+            b"event" => self.event_type = Some(src.slice(value_start..end)),
+            b"id" => {
+                let v = &src[value_start..end];
+                if memchr::memchr(0, v).is_none() {
+                    self.last_id = if v.is_empty() {
+                        None
+                    } else {
+                        Some(src.slice(value_start..end))
+                    };
+                }
+            }
+            b"retry" => {
+                let v = &src[value_start..end];
+                if !v.is_empty() && v.iter().all(u8::is_ascii_digit) {
+                    self.retry = std::str::from_utf8(v).ok().and_then(|s| s.parse().ok());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn dispatch(&mut self, out: &mut Vec<Decoded>) {
+        if self.data_lines == 0 {
+            self.reset_event();
+            return;
+        }
+        let data = match std::mem::take(&mut self.data) {
+            Data::Empty => Bytes::new(),
+            Data::One(b) => b,
+            Data::Many(m) => m.freeze(),
+        };
+        let event = self.event_type.take().filter(|t| !t.is_empty());
+        self.data_lines = 0;
+        out.push(Decoded::Event(SseEvent {
+            event,
+            data,
+            id: self.last_id.clone(),
+        }));
+    }
+
+    fn start_discard(&mut self, bytes: usize, out: &mut Vec<Decoded>) {
+        self.discarding = true;
+        self.line.clear();
+        self.reset_event();
+        self.dropped += 1;
+        out.push(Decoded::Oversized { bytes });
+    }
+
+    fn reset_event(&mut self) {
+        self.data = Data::Empty;
+        self.data_lines = 0;
+        self.event_type = None;
+    }
+}
+
+/// Appends one outgoing frame: `id: <id>\ndata: <data>\n\n`. `data` must be one line.
+pub fn encode_frame(out: &mut BytesMut, id: &[u8], data: &[u8]) {
+    out.reserve(frame_len(id.len(), data.len()));
+    out.extend_from_slice(b"id: ");
+    out.extend_from_slice(id);
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\n\n");
+}
+
+/// The encoded length of a frame with an id of `id` bytes and data of `data` bytes.
+pub const fn frame_len(id: usize, data: usize) -> usize {
+    4 + id + 7 + data + 2
+}
+
+/// An SSE comment line pair, used for heartbeats: `: keepalive\n\n`.
+pub const KEEPALIVE: &[u8] = b": keepalive\n\n";
+
+#[cfg(test)]
+#[path = "sse_tests.rs"]
+mod tests;
