@@ -45,18 +45,51 @@ fn overhead(run_id: &str) -> usize {
     frame_len(run_id.len() + 21, 0) + 64 + run_id.len()
 }
 
-/// Appends a `STREAM_EVENT` frame carrying `event` (one-line JSON) byte for byte.
-pub fn write_event(out: &mut BytesMut, run_id: &str, seq: u64, event: &[u8]) {
-    out.reserve(overhead(run_id) + event.len());
-    write_head(out, "STREAM_EVENT", run_id, seq);
-    out.put_slice(b",\"event\":");
-    out.put_slice(event);
-    out.put_slice(b"}\n\n");
+/// Encodes the `STREAM_EVENT` frames of one run; the parts that do not change per event are
+/// rendered once.
+#[derive(Debug, Clone)]
+pub struct EventEncoder {
+    /// `id: <run_id>:`
+    id: Bytes,
+    /// `\ndata: {"type":"STREAM_EVENT","run_id":"<run_id>","seq":`
+    head: Bytes,
 }
 
-/// The encoded size of a `STREAM_EVENT` frame, at most.
-pub fn event_frame_len(run_id: &str, event_len: usize) -> usize {
-    overhead(run_id) + event_len
+impl EventEncoder {
+    /// An encoder for the run `run_id`.
+    pub fn new(run_id: &str) -> Self {
+        let mut id = BytesMut::new();
+        id.put_slice(b"id: ");
+        id.put_slice(run_id.as_bytes());
+        id.put_u8(b':');
+        let mut head = BytesMut::new();
+        head.put_slice(b"\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":");
+        write_json_str(&mut head, run_id);
+        head.put_slice(b",\"seq\":");
+        EventEncoder {
+            id: id.freeze(),
+            head: head.freeze(),
+        }
+    }
+
+    /// The encoded size of a frame carrying `event_len` bytes of event, at most.
+    pub fn max_len(&self, event_len: usize) -> usize {
+        self.id.len() + self.head.len() + 2 * 20 + 12 + event_len
+    }
+
+    /// Appends a `STREAM_EVENT` frame carrying `event` (one-line JSON) byte for byte.
+    pub fn write(&self, out: &mut BytesMut, seq: u64, event: &[u8]) {
+        let mut n = itoa::Buffer::new();
+        let seq = n.format(seq).as_bytes();
+        out.reserve(self.max_len(event.len()));
+        out.put_slice(&self.id);
+        out.put_slice(seq);
+        out.put_slice(&self.head);
+        out.put_slice(seq);
+        out.put_slice(b",\"event\":");
+        out.put_slice(event);
+        out.put_slice(b"}\n\n");
+    }
 }
 
 /// A `STREAM_SNAPSHOT` frame of a compacted history covering seqs up to `seq`.
@@ -113,8 +146,9 @@ mod tests {
     fn event_frame_embeds_the_event_verbatim() {
         let mut out = BytesMut::new();
         let ev = br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hello"}"#;
-        write_event(&mut out, "r1", 43, ev);
-        assert!(out.len() <= event_frame_len("r1", ev.len()));
+        let enc = EventEncoder::new("r1");
+        enc.write(&mut out, 43, ev);
+        assert!(out.len() <= enc.max_len(ev.len()));
         assert_eq!(
             &out[..],
             &b"id: r1:43\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":\"r1\",\"seq\":43,\"event\":{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"hello\"}}\n\n"[..]

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::compact::{Capture, Compactor};
 use crate::event::Event;
-use crate::frames::{self, End};
+use crate::frames::{self, End, EventEncoder};
 
 /// Default number of events kept in the replay window.
 pub const DEFAULT_WINDOW: usize = 4096;
@@ -83,6 +83,7 @@ impl State {
 #[derive(Debug)]
 pub struct Run {
     id: String,
+    encoder: EventEncoder,
     window_cap: usize,
     state: Mutex<State>,
     wake: watch::Sender<u64>,
@@ -93,8 +94,10 @@ pub struct Run {
 impl Run {
     /// A new, live run keeping the last `window` events as frames.
     pub fn new(id: impl Into<String>, window: usize) -> Self {
+        let id = id.into();
         Run {
-            id: id.into(),
+            encoder: EventEncoder::new(&id),
+            id,
             window_cap: window.max(1),
             state: Mutex::new(State {
                 head: 0,
@@ -165,13 +168,13 @@ impl Run {
         let before = st.held() as isize;
         let total: usize = events
             .iter()
-            .map(|e| frames::event_frame_len(&self.id, e.json.len()))
+            .map(|e| self.encoder.max_len(e.json.len()))
             .sum();
         let mut buf = BytesMut::with_capacity(total);
         for e in events {
             st.head += 1;
             let head = st.head;
-            frames::write_event(&mut buf, &self.id, head, &e.json);
+            self.encoder.write(&mut buf, head, &e.json);
             let frame = buf.split().freeze();
             st.window_bytes += frame.len();
             st.window.push_back((frame, now));
