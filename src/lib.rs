@@ -18,3 +18,6 @@ pub mod event;
 pub mod compact;
 pub mod frames;
 pub mod run;
+pub mod config;
+pub mod registry;
+pub mod request;

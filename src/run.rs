@@ -71,6 +71,7 @@ struct State {
     history: Compactor,
     end: Option<End>,
     producing: bool,
+    finished_at: Option<Instant>,
 }
 
 impl State {
@@ -89,6 +90,9 @@ pub struct Run {
     wake: watch::Sender<u64>,
     cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
     observers: AtomicUsize,
+    started: Instant,
+    stop: tokio::sync::Notify,
+    stop_reason: Mutex<Option<&'static str>>,
 }
 
 impl Run {
@@ -106,10 +110,41 @@ impl Run {
                 history: Compactor::new(),
                 end: None,
                 producing: true,
+                finished_at: None,
             }),
             wake: watch::channel(0).0,
             cache: tokio::sync::Mutex::new(None),
             observers: AtomicUsize::new(0),
+            started: Instant::now(),
+            stop: tokio::sync::Notify::new(),
+            stop_reason: Mutex::new(None),
+        }
+    }
+
+    /// When the run was created.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// When the producer finished, if it has.
+    pub fn finished_at(&self) -> Option<Instant> {
+        self.state.lock().finished_at
+    }
+
+    /// Asks the producer to stop reading the upstream (`reason` becomes the end's reason).
+    /// The first request wins.
+    pub fn request_stop(&self, reason: &'static str) {
+        self.stop_reason.lock().get_or_insert(reason);
+        self.stop.notify_one();
+    }
+
+    /// Resolves once a stop has been requested; returns its reason.
+    pub async fn stop_requested(&self) -> &'static str {
+        loop {
+            if let Some(r) = *self.stop_reason.lock() {
+                return r;
+            }
+            self.stop.notified().await;
         }
     }
 
@@ -199,6 +234,7 @@ impl Run {
     pub fn finish(&self, persisted: bool, reason: Option<&'static str>) -> End {
         let mut st = self.state.lock();
         st.producing = false;
+        st.finished_at.get_or_insert_with(Instant::now);
         let head = st.head;
         let end = st
             .end
