@@ -21,3 +21,6 @@ pub mod run;
 pub mod config;
 pub mod registry;
 pub mod request;
+pub mod metrics;
+pub mod producer;
+pub mod observer;

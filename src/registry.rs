@@ -14,6 +14,7 @@ use dashmap::DashMap;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::metrics::Metrics;
 use crate::run::Run;
 
 /// Superseded runs kept per chat for cursor reads (the oldest goes first).
@@ -62,6 +63,7 @@ pub struct Registry {
     epoch: Instant,
     last_sweep_ms: AtomicU64,
     swept: Mutex<Swept>,
+    metrics: Metrics,
 }
 
 /// A record request in flight for a chat; dropping it ends the pending registration.
@@ -95,7 +97,7 @@ impl Pending {
 impl Registry {
     /// An empty registry keeping completed runs for `retention`, and at most `max_chats` chats
     /// whose runs have all completed.
-    pub fn new(retention: Duration, max_chats: usize) -> Arc<Self> {
+    pub fn new(retention: Duration, max_chats: usize, metrics: Metrics) -> Arc<Self> {
         Arc::new(Registry {
             chats: DashMap::new(),
             live: watch::channel(0).0,
@@ -104,6 +106,7 @@ impl Registry {
             epoch: Instant::now(),
             last_sweep_ms: AtomicU64::new(0),
             swept: Mutex::new(Swept::default()),
+            metrics,
         })
     }
 
@@ -187,6 +190,14 @@ impl Registry {
         self.live.subscribe()
     }
 
+    /// Bytes held by the windows and histories of every run in the registry.
+    pub fn recorded_bytes(&self) -> usize {
+        self.chats
+            .iter()
+            .map(|c| c.current.iter().chain(c.older.iter()).map(|r| r.bytes()).sum::<usize>())
+            .sum()
+    }
+
     /// Every run still reading its upstream.
     pub fn producing(&self) -> Vec<Arc<Run>> {
         let mut out = Vec::new();
@@ -257,6 +268,9 @@ impl Registry {
                 }
             }
         }
+        let evicted = &self.metrics.runs_evicted;
+        evicted.with_label_values(&["expired"]).inc_by(swept.expired as u64);
+        evicted.with_label_values(&["capacity"]).inc_by(swept.capacity as u64);
         let mut total = self.swept.lock();
         total.expired += swept.expired;
         total.capacity += swept.capacity;
@@ -282,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_new_run_supersedes_the_active_one_but_not_a_completed_one() {
-        let reg = Registry::new(Duration::from_secs(60), 8);
+        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
         let a = live(&reg, "c", "a");
         let b = live(&reg, "c", "b");
         let end = a.end().unwrap();
@@ -298,7 +312,7 @@ mod tests {
 
     #[test]
     fn pending_registration_wakes_waiters_when_it_ends() {
-        let reg = Registry::new(Duration::from_secs(60), 8);
+        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
         let rx = reg.subscribe();
         let p = reg.begin("c");
         assert!(reg.is_pending("c"));
@@ -309,7 +323,7 @@ mod tests {
 
     #[test]
     fn attach_record_is_single_flight() {
-        let reg = Registry::new(Duration::from_secs(60), 8);
+        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
         let first = reg.begin_attach_record("c");
         assert!(first.is_some());
         assert!(reg.begin_attach_record("c").is_none());
@@ -319,7 +333,7 @@ mod tests {
 
     #[test]
     fn completed_runs_expire_after_retention_and_active_ones_never() {
-        let reg = Registry::new(Duration::from_millis(0), 8);
+        let reg = Registry::new(Duration::from_millis(0), 8, Metrics::new());
         let done = live(&reg, "done", "a");
         done.finish(true, None);
         let _active = live(&reg, "active", "b");
@@ -332,7 +346,7 @@ mod tests {
 
     #[test]
     fn beyond_max_chats_the_oldest_completion_goes_first() {
-        let reg = Registry::new(Duration::from_secs(3600), 2);
+        let reg = Registry::new(Duration::from_secs(3600), 2, Metrics::new());
         for c in ["c1", "c2", "c3"] {
             // Completion instants are increasing; ties fall back to chat id order.
             live(&reg, c, c).finish(true, None);

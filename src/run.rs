@@ -90,6 +90,7 @@ pub struct Run {
     wake: watch::Sender<u64>,
     cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
     observers: AtomicUsize,
+    peak_observers: AtomicUsize,
     started: Instant,
     stop: tokio::sync::Notify,
     stop_reason: Mutex<Option<&'static str>>,
@@ -115,6 +116,7 @@ impl Run {
             wake: watch::channel(0).0,
             cache: tokio::sync::Mutex::new(None),
             observers: AtomicUsize::new(0),
+            peak_observers: AtomicUsize::new(0),
             started: Instant::now(),
             stop: tokio::sync::Notify::new(),
             stop_reason: Mutex::new(None),
@@ -180,8 +182,14 @@ impl Run {
 
     /// Counts an observer in; the guard counts it out when dropped.
     pub fn observe(self: &std::sync::Arc<Self>) -> ObserverGuard {
-        self.observers.fetch_add(1, Ordering::Relaxed);
+        let now = self.observers.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_observers.fetch_max(now, Ordering::Relaxed);
         ObserverGuard(self.clone())
+    }
+
+    /// The most observers attached at once.
+    pub fn peak_observers(&self) -> usize {
+        self.peak_observers.load(Ordering::Relaxed)
     }
 
     /// Number of observers attached now.

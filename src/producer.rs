@@ -1,0 +1,465 @@
+//! The producer: the detached task that sends a recorded request upstream and reads the answer
+//! to its end, whatever the observers do.
+//!
+//! The task owns its upstream connection (Pingora's HTTP connector, read and write timeouts set
+//! explicitly), so a client leaving never reaches the backend. It reports the upstream's answer
+//! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
+//! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
+//! or an upstream error or timeout ends a live run early.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use log::{info, warn};
+use pingora_core::connectors::http::Connector;
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_core::ErrorType;
+use pingora_http::{RequestHeader, ResponseHeader};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{self, Commit};
+use crate::event::{classify, Event};
+use crate::metrics::Metrics;
+use crate::registry::{Pending, Registry};
+use crate::run::Run;
+use crate::sse::{Decoded, Decoder};
+
+/// Upstream chunks queued for a legacy requester before it counts as too slow and is cut off.
+const RAW_QUEUE: usize = 1024;
+
+/// Headers that describe one hop, never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Why the backend could not be used.
+#[derive(Debug, Clone)]
+pub struct UpstreamError {
+    /// Metric kind: `connect`, `timeout`, `reset` or `protocol`.
+    pub kind: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+fn kind_of(e: &pingora_core::Error, connecting: bool) -> &'static str {
+    match e.etype() {
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout => {
+            if connecting && matches!(e.etype(), ErrorType::ConnectTimedout) {
+                "connect"
+            } else {
+                "timeout"
+            }
+        }
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => "protocol",
+        _ if connecting => "connect",
+        _ => "reset",
+    }
+}
+
+/// The backend: a connection pool and the peer it connects to.
+pub struct Upstream {
+    connector: Connector,
+    peer: HttpPeer,
+    opts: config::Upstream,
+}
+
+impl Upstream {
+    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1).
+    pub fn new(addr: &str, opts: config::Upstream) -> Self {
+        let mut peer = HttpPeer::new(addr, false, String::new());
+        peer.options.connection_timeout = Some(opts.connect_timeout.0);
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer.options.read_timeout = Some(opts.idle_timeout.0);
+        peer.options.write_timeout = Some(opts.write_timeout.0);
+        Upstream {
+            connector: Connector::new(None),
+            peer,
+            opts,
+        }
+    }
+
+    /// The peer, for Pingora's pass-through path.
+    pub fn peer(&self) -> Box<HttpPeer> {
+        Box::new(self.peer.clone())
+    }
+
+    /// Sends `req` with `body` and reads the response header. A pooled connection that fails
+    /// before the header is retried once on a fresh one.
+    pub async fn open(
+        &self,
+        req: &RequestHeader,
+        body: &Bytes,
+        run_id: Option<&str>,
+    ) -> Result<HttpSession, UpstreamError> {
+        let header = outgoing(req, body.len(), run_id).map_err(|e| UpstreamError {
+            kind: "protocol",
+            message: format!("cannot build the upstream request: {e}"),
+        })?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (mut s, reused) = self
+                .connector
+                .get_http_session(&self.peer)
+                .await
+                .map_err(|e| UpstreamError {
+                    kind: kind_of(&e, true),
+                    message: format!("cannot connect to {}: {e}", self.peer.address()),
+                })?;
+            s.set_read_timeout(Some(self.opts.idle_timeout.0));
+            s.set_write_timeout(Some(self.opts.write_timeout.0));
+            match exchange(&mut s, header.clone(), body.clone()).await {
+                Ok(()) => return Ok(s),
+                Err(_) if reused && attempt == 1 => continue,
+                Err(e) => {
+                    return Err(UpstreamError {
+                        kind: kind_of(&e, false),
+                        message: format!("upstream request failed: {e}"),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Returns a session whose response was read to its end to the pool.
+    pub async fn release(&self, s: HttpSession) {
+        self.connector
+            .release_http_session(s, &self.peer, self.peer.idle_timeout())
+            .await;
+    }
+}
+
+async fn exchange(s: &mut HttpSession, header: RequestHeader, body: Bytes) -> pingora_core::Result<()> {
+    s.write_request_header(Box::new(header)).await?;
+    if !body.is_empty() {
+        s.write_request_body(body, true).await?;
+    }
+    s.finish_request_body().await?;
+    loop {
+        s.read_response_header().await?;
+        match s.response_header() {
+            Some(h) if h.status.is_informational() => continue,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The request as forwarded: the client's, minus hop-by-hop headers, with the body length,
+/// `Accept-Encoding: identity` and `X-Tether-Run-Id`.
+fn outgoing(req: &RequestHeader, len: usize, run_id: Option<&str>) -> pingora_core::Result<RequestHeader> {
+    let mut h = req.clone();
+    if h.uri.scheme().is_some() {
+        let pq = h.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = http::Uri::try_from(pq).unwrap_or_else(|_| http::Uri::from_static("/"));
+        if h.headers.get("host").is_none() {
+            if let Some(a) = req.uri.authority() {
+                h.insert_header("host", a.as_str())?;
+            }
+        }
+        h.set_uri(uri);
+    }
+    for name in HOP_BY_HOP {
+        h.remove_header(name);
+    }
+    h.insert_header("content-length", len.to_string())?;
+    h.insert_header("accept-encoding", "identity")?;
+    if let Some(id) = run_id {
+        h.insert_header("x-tether-run-id", id)?;
+    }
+    Ok(h)
+}
+
+/// Whether an upstream answer is recorded: 2xx and `text/event-stream`.
+pub fn is_recordable(h: &ResponseHeader) -> bool {
+    h.status.is_success()
+        && h.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// The upstream's answer, reported once by the producer.
+pub enum Head {
+    /// The run is live and recording. `raw` carries the upstream bytes for a legacy requester.
+    Live {
+        /// The run.
+        run: Arc<Run>,
+        /// The upstream response header.
+        header: ResponseHeader,
+        /// Upstream body chunks, unchanged, when a legacy tee was asked for.
+        raw: Option<mpsc::Receiver<Bytes>>,
+    },
+    /// Not recorded: relay this response unchanged.
+    Relay {
+        /// The upstream response header.
+        header: ResponseHeader,
+        /// The body chunks.
+        body: mpsc::Receiver<Bytes>,
+    },
+    /// The backend could not be reached or answered garbage.
+    Failed(UpstreamError),
+}
+
+/// Everything a producer needs.
+pub struct Job {
+    /// The backend client.
+    pub upstream: Arc<Upstream>,
+    /// Where the run goes live.
+    pub registry: Arc<Registry>,
+    /// Metric families.
+    pub metrics: Metrics,
+    /// The chat's pending registration, released once the upstream answered.
+    pub pending: Option<Pending>,
+    /// The transport run id, minted before forwarding.
+    pub run_id: String,
+    /// Route label for metrics.
+    pub route: String,
+    /// When the run counts as persisted.
+    pub commit: Commit,
+    /// Replay window size.
+    pub window: usize,
+    /// Largest event recorded.
+    pub max_event: usize,
+    /// Stop the run after this long, if set.
+    pub max_duration: Option<Duration>,
+    /// The client's request header.
+    pub request: RequestHeader,
+    /// The client's request body.
+    pub body: Bytes,
+    /// Tee the raw upstream bytes for a legacy requester.
+    pub legacy: bool,
+}
+
+/// Starts the producer task; the receiver gets the upstream's answer.
+pub fn spawn(job: Job) -> oneshot::Receiver<Head> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(produce(job, tx));
+    rx
+}
+
+async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
+    let m = job.metrics.clone();
+    let mut s = match job.upstream.open(&job.request, &job.body, Some(&job.run_id)).await {
+        Ok(s) => s,
+        Err(e) => {
+            warn!("upstream unreachable for chat run {}: {}", job.run_id, e.message);
+            m.upstream_errors.with_label_values(&[e.kind]).inc();
+            let _ = head.send(Head::Failed(e));
+            return;
+        }
+    };
+    let header = match s.response_header() {
+        Some(h) => h.clone(),
+        None => {
+            let _ = head.send(Head::Failed(UpstreamError {
+                kind: "protocol",
+                message: "upstream sent no response header".into(),
+            }));
+            return;
+        }
+    };
+    if !is_recordable(&header) {
+        if !header.status.is_success() {
+            m.upstream_errors.with_label_values(&["status"]).inc();
+        }
+        relay(s, header, head).await;
+        return;
+    }
+    let run = Arc::new(Run::new(job.run_id.clone(), job.window));
+    let Some(pending) = job.pending.take() else {
+        return;
+    };
+    let chat_id = pending.chat_id().to_string();
+    job.registry.go_live(&pending, run.clone());
+    drop(pending);
+    m.runs_started.with_label_values(&[&job.route]).inc();
+    m.runs_active.inc();
+    let (tee, raw) = if job.legacy {
+        let (tx, rx) = mpsc::channel(RAW_QUEUE);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    info!("run {} started: chat {:?} route {}", run.id(), chat_id, job.route);
+    let _ = head.send(Head::Live {
+        run: run.clone(),
+        header,
+        raw,
+    });
+    let rec = Recording::read(&mut s, &run, &job, tee).await;
+    let persisted = rec.stopped.is_none()
+        && match &job.commit {
+            Commit::Eof => rec.clean && rec.saw_terminal,
+            Commit::Event { .. } => rec.committed,
+        };
+    let reason = match (persisted, rec.stopped) {
+        (true, _) => None,
+        (false, Some(r)) => Some(r),
+        (false, None) if !rec.clean => Some(rec.error.unwrap_or("upstream_reset")),
+        (false, None) => Some(match job.commit {
+            Commit::Eof => "no_terminal_event",
+            Commit::Event { .. } => "not_committed",
+        }),
+    };
+    let end = run.finish(persisted, reason);
+    let outcome = if end.superseded {
+        "superseded"
+    } else if matches!(rec.stopped, Some("cancelled")) {
+        "cancelled"
+    } else if end.persisted {
+        "persisted"
+    } else {
+        "not_persisted"
+    };
+    m.runs_finished.with_label_values(&[outcome]).inc();
+    m.runs_active.dec();
+    info!(
+        "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
+        run.id(),
+        chat_id,
+        outcome,
+        end.reason.unwrap_or("-"),
+        run.started().elapsed().as_secs_f64(),
+        rec.events,
+        rec.bytes,
+        run.peak_observers(),
+    );
+    if rec.clean {
+        job.upstream.release(s).await;
+    }
+}
+
+/// Relays a response that is not recorded, chunk by chunk, until the requester leaves.
+async fn relay(mut s: HttpSession, header: ResponseHeader, head: oneshot::Sender<Head>) {
+    let (tx, rx) = mpsc::channel(16);
+    if head.send(Head::Relay { header, body: rx }).is_err() {
+        return;
+    }
+    while let Ok(Some(chunk)) = s.read_response_body().await {
+        if tx.send(chunk).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// What reading a live upstream to its end observed.
+#[derive(Default)]
+struct Recording {
+    clean: bool,
+    saw_terminal: bool,
+    committed: bool,
+    stopped: Option<&'static str>,
+    error: Option<&'static str>,
+    events: u64,
+    bytes: u64,
+}
+
+impl Recording {
+    async fn read(
+        s: &mut HttpSession,
+        run: &Arc<Run>,
+        job: &Job,
+        mut tee: Option<mpsc::Sender<Bytes>>,
+    ) -> Recording {
+        let m = &job.metrics;
+        let mut rec = Recording::default();
+        let mut dec = Decoder::new(job.max_event);
+        let mut decoded = Vec::new();
+        let mut batch: Vec<Event> = Vec::new();
+        let deadline = job.max_duration.map(|d| tokio::time::Instant::now() + d);
+        loop {
+            let read = tokio::select! {
+                r = s.read_response_body() => r,
+                reason = run.stop_requested() => { rec.stopped = Some(reason); break; }
+                _ = sleep_until(deadline) => { rec.stopped = Some("max_duration"); break; }
+            };
+            let chunk = match read {
+                Ok(Some(c)) => c,
+                Ok(None) => {
+                    rec.clean = true;
+                    break;
+                }
+                Err(e) => {
+                    let kind = kind_of(&e, false);
+                    m.upstream_errors.with_label_values(&[kind]).inc();
+                    rec.error = Some(if kind == "timeout" { "upstream_timeout" } else { "upstream_reset" });
+                    warn!("run {}: upstream read failed: {e}", run.id());
+                    break;
+                }
+            };
+            rec.bytes += chunk.len() as u64;
+            m.upstream_bytes.inc_by(chunk.len() as u64);
+            if let Some(tx) = &tee {
+                if let Err(e) = tx.try_send(chunk.clone()) {
+                    if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                        warn!("run {}: legacy client too slow, its stream is cut", run.id());
+                    }
+                    tee = None;
+                }
+            }
+            decoded.clear();
+            batch.clear();
+            dec.feed(&chunk, &mut decoded);
+            for d in decoded.drain(..) {
+                match d {
+                    Decoded::Event(e) => {
+                        let ev = classify(&e);
+                        rec.saw_terminal |= ev.terminal;
+                        rec.committed |= commits(&job.commit, &ev);
+                        batch.push(ev);
+                    }
+                    Decoded::Oversized { bytes } => {
+                        m.events_dropped.with_label_values(&["oversized"]).inc();
+                        warn!("run {}: dropped an upstream event over {bytes} bytes", run.id());
+                    }
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            rec.events += batch.len() as u64;
+            m.upstream_events.inc_by(batch.len() as u64);
+            let appended = run.append(&batch);
+            if appended.events < batch.len() {
+                m.events_dropped
+                    .with_label_values(&["after_end"])
+                    .inc_by((batch.len() - appended.events) as u64);
+            }
+            if run.observers() == 0 {
+                m.unobserved_events.inc_by(appended.events as u64);
+            }
+        }
+        if dec.finish() && rec.clean {
+            m.upstream_errors.with_label_values(&["protocol"]).inc();
+            warn!("run {}: upstream ended inside an event; it was discarded", run.id());
+        }
+        rec
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether `ev` is the event a `commit = event:<TYPE>[:<name>]` route waits for.
+fn commits(commit: &Commit, ev: &Event) -> bool {
+    match commit {
+        Commit::Eof => false,
+        Commit::Event { ty, name } => {
+            ev.ty() == ty.as_bytes() && name.as_ref().is_none_or(|n| ev.name() == n.as_bytes())
+        }
+    }
+}
