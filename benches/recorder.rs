@@ -12,7 +12,9 @@ use tether::sse::{Decoded, Decoder};
 fn upstream(n: usize, delta_len: impl Fn(usize) -> usize, read: usize) -> Vec<Bytes> {
     let mut all = Vec::new();
     for i in 0..n {
-        let delta: String = (0..delta_len(i)).map(|j| (b'a' + ((i + j) % 26) as u8) as char).collect();
+        let delta: String = (0..delta_len(i))
+            .map(|j| (b'a' + ((i + j) % 26) as u8) as char)
+            .collect();
         all.extend_from_slice(
             format!("data: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"{delta}\"}}\n\n")
                 .as_bytes(),
@@ -61,7 +63,10 @@ fn benches(c: &mut Criterion) {
     };
     g.bench_function("memcpy_10k_1k", |b| {
         b.iter(|| {
-            events.iter().map(|e| Bytes::copy_from_slice(e)).collect::<Vec<_>>()
+            events
+                .iter()
+                .map(|e| Bytes::copy_from_slice(e))
+                .collect::<Vec<_>>()
         })
     });
 
@@ -76,7 +81,10 @@ fn benches(c: &mut Criterion) {
             format!("data: {{\"type\":\"CUSTOM\",\"name\":\"n\",\"value\":{i}}}\n\ndata: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m{i}\",\"delta\":\"tok\"}}\n\n").as_bytes(),
         );
     }
-    let mixed: Vec<Bytes> = mixed.chunks(16 * 1024).map(Bytes::copy_from_slice).collect();
+    let mixed: Vec<Bytes> = mixed
+        .chunks(16 * 1024)
+        .map(Bytes::copy_from_slice)
+        .collect();
     let large = record(&mixed);
     g.throughput(Throughput::Elements(1));
     g.bench_function("snapshot_capture", |b| b.iter(|| large.capture()));
@@ -85,7 +93,11 @@ fn benches(c: &mut Criterion) {
     let cap = run10m.capture();
     g.throughput(Throughput::Bytes(cap.history.len() as u64));
     g.bench_function("snapshot_serialize", |b| {
-        b.iter_batched(|| cap.clone(), |cap| frames::snapshot("r", cap.seq, &cap.history), BatchSize::SmallInput)
+        b.iter_batched(
+            || cap.clone(),
+            |cap| frames::snapshot("r", cap.seq, &cap.history),
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
 }

@@ -211,12 +211,18 @@ mod tests {
     const END: &str = r#"{"type":"TEXT_MESSAGE_END","messageId":"m1"}"#;
 
     fn content(id: &str, delta: &str) -> String {
-        format!(r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"{id}","delta":"{delta}","timestamp":1}}"#)
+        format!(
+            r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"{id}","delta":"{delta}","timestamp":1}}"#
+        )
     }
 
     #[test]
     fn merges_adjacent_deltas_at_the_first_position() {
-        let (a, b, c) = (content("m1", "Hel"), content("m1", "lo"), content("m1", "!"));
+        let (a, b, c) = (
+            content("m1", "Hel"),
+            content("m1", "lo"),
+            content("m1", "!"),
+        );
         let out = compact(&[START, &a, &b, &c, END]);
         assert_eq!(out, format!("[{START},{},{END}]", content("m1", "Hello!")));
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -226,10 +232,20 @@ mod tests {
     #[test]
     fn never_merges_across_another_event_or_another_key() {
         let custom = r#"{"type":"CUSTOM","name":"x","value":1}"#;
-        let out = compact(&[&content("m1", "a"), custom, &content("m1", "b"), &content("m2", "c")]);
+        let out = compact(&[
+            &content("m1", "a"),
+            custom,
+            &content("m1", "b"),
+            &content("m2", "c"),
+        ]);
         assert_eq!(
             out,
-            format!("[{},{custom},{},{}]", content("m1", "a"), content("m1", "b"), content("m2", "c"))
+            format!(
+                "[{},{custom},{},{}]",
+                content("m1", "a"),
+                content("m1", "b"),
+                content("m2", "c")
+            )
         );
     }
 

@@ -289,7 +289,11 @@ pub struct Config {
 
 /// Command-line flags. Each overrides the file; each has a `TETHER_*` environment variable.
 #[derive(Debug, Clone, Parser, Default)]
-#[command(name = "tether", version, about = "Records AI-chat SSE turns so clients can reconnect")]
+#[command(
+    name = "tether",
+    version,
+    about = "Records AI-chat SSE turns so clients can reconnect"
+)]
 pub struct Flags {
     /// Configuration file (TOML, see conf/tether.toml).
     #[arg(long, short = 'c', env = "TETHER_CONFIG")]
@@ -375,8 +379,7 @@ impl Config {
             file.server.heartbeat = dur("server.heartbeat (--heartbeat)", v)?;
         }
         if let Some(v) = &flags.upstream_idle_timeout {
-            file.upstream.idle_timeout =
-                dur("upstream.idle_timeout (--upstream-idle-timeout)", v)?;
+            file.upstream.idle_timeout = dur("upstream.idle_timeout (--upstream-idle-timeout)", v)?;
         }
         if let Some(v) = &flags.drain_timeout {
             file.server.drain_timeout = dur("server.drain_timeout (--drain-timeout)", v)?;
@@ -473,7 +476,10 @@ fn route(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         return Err(err(key("methods"), "must name at least one method"));
     }
     let methods: Vec<String> = rc.methods.iter().map(|m| m.to_ascii_uppercase()).collect();
-    if let Some(m) = methods.iter().find(|m| !m.bytes().all(|b| b.is_ascii_uppercase())) {
+    if let Some(m) = methods
+        .iter()
+        .find(|m| !m.bytes().all(|b| b.is_ascii_uppercase()))
+    {
         return Err(err(key("methods"), format!("{m:?} is not an HTTP method")));
     }
     let chat_id = match rc.chat_id.split_once(':') {
@@ -483,7 +489,10 @@ fn route(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         _ => {
             return Err(err(
                 key("chat_id"),
-                format!("{:?} must be body:<field>, query:<name> or header:<Name>", rc.chat_id),
+                format!(
+                    "{:?} must be body:<field>, query:<name> or header:<Name>",
+                    rc.chat_id
+                ),
             ))
         }
     };
@@ -556,7 +565,10 @@ mod tests {
     fn unknown_keys_and_bad_values_name_the_key() {
         let e = parse_file("[recorder]\nwindw = 10\n").unwrap_err();
         assert!(e.message.contains("windw"), "{e}");
-        let e = parse_file("[recorder]\nwindow = 0\n").unwrap().validate().unwrap_err();
+        let e = parse_file("[recorder]\nwindow = 0\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
         assert_eq!(e.key, "recorder.window");
         let e = parse_file("[server]\nheartbeat = \"soon\"\n").unwrap_err();
         assert!(e.message.contains("soon"), "{e}");

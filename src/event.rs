@@ -81,12 +81,16 @@ impl Event {
 
     /// The raw merge key of a delta (empty when absent or not a delta).
     pub fn merge_key(&self) -> &[u8] {
-        self.merge.as_ref().map_or(&[][..], |m| &self.json[m.key.clone()])
+        self.merge
+            .as_ref()
+            .map_or(&[][..], |m| &self.json[m.key.clone()])
     }
 
     /// The escaped `delta` text of a mergeable delta.
     pub fn delta(&self) -> &[u8] {
-        self.merge.as_ref().map_or(&[][..], |m| &self.json[m.delta.clone()])
+        self.merge
+            .as_ref()
+            .map_or(&[][..], |m| &self.json[m.delta.clone()])
     }
 }
 
@@ -288,14 +292,25 @@ mod tests {
     fn chunks_and_thinking_may_lack_a_key() {
         let e = classify(&sse(None, r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"x"}"#));
         assert_eq!(e.merge.unwrap().class, MergeClass::TextChunk);
-        let e = classify(&sse(None, r#"{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"x"}"#));
+        let e = classify(&sse(
+            None,
+            r#"{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"x"}"#,
+        ));
         assert_eq!(e.merge.unwrap().class, MergeClass::ThinkingContent);
     }
 
     #[test]
     fn terminal_events_of_each_format() {
-        for t in ["RUN_FINISHED", "RUN_ERROR", "message_stop", "response.completed"] {
-            assert!(classify(&sse(None, &format!(r#"{{"type":"{t}"}}"#))).terminal, "{t}");
+        for t in [
+            "RUN_FINISHED",
+            "RUN_ERROR",
+            "message_stop",
+            "response.completed",
+        ] {
+            assert!(
+                classify(&sse(None, &format!(r#"{{"type":"{t}"}}"#))).terminal,
+                "{t}"
+            );
         }
         assert!(classify(&sse(None, "[DONE]")).terminal);
         assert!(!classify(&sse(None, r#"{"type":"RUN_STARTED"}"#)).terminal);

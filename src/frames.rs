@@ -137,7 +137,11 @@ mod tests {
         let text = std::str::from_utf8(frame).unwrap();
         let rest = text.strip_prefix("id: ").unwrap();
         let (id, rest) = rest.split_once('\n').unwrap();
-        let data = rest.strip_prefix("data: ").unwrap().strip_suffix("\n\n").unwrap();
+        let data = rest
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
         assert!(!data.contains('\n'));
         (id.to_string(), serde_json::from_str(data).unwrap())
     }
@@ -161,7 +165,10 @@ mod tests {
         let empty = snapshot("r", 0, &c.capture());
         assert_eq!(
             parse(&empty),
-            ("r:0".into(), json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]}))
+            (
+                "r:0".into(),
+                json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]})
+            )
         );
         c.push(&crate::event::classify(&crate::sse::SseEvent {
             event: None,
@@ -187,7 +194,10 @@ mod tests {
         );
         assert_eq!(
             parse(&f),
-            ("r:43".into(), json!({"type":"STREAM_END","run_id":"r","seq":43,"persisted":true,"superseded":false}))
+            (
+                "r:43".into(),
+                json!({"type":"STREAM_END","run_id":"r","seq":43,"persisted":true,"superseded":false})
+            )
         );
         let f = end(
             "r",

@@ -13,14 +13,18 @@
 //! The modules, in data-flow order. The pure core (`sse`, `event`, `compact`, `frames`, `run`)
 //! imports nothing from Pingora and no network types.
 
-pub mod sse;
-pub mod event;
+pub mod admin;
 pub mod compact;
-pub mod frames;
-pub mod run;
 pub mod config;
+pub mod demo;
+pub mod event;
+pub mod frames;
+pub mod metrics;
+pub mod observer;
+pub mod producer;
+pub mod proxy;
 pub mod registry;
 pub mod request;
-pub mod metrics;
-pub mod producer;
-pub mod observer;
+pub mod run;
+pub mod server;
+pub mod sse;

@@ -1,1 +1,123 @@
-fn main() {}
+//! The `tether` binary: flags → configuration → sidecar; drains on SIGTERM.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tether::config::{Config, Flags};
+use tether::demo::DemoOptions;
+
+/// Exit status for an invalid configuration (EX_USAGE).
+const EXIT_CONFIG: u8 = 64;
+
+fn init_logging(format: &str) {
+    let env = env_logger::Env::default().default_filter_or("info");
+    let mut b = env_logger::Builder::from_env(env);
+    if format == "json" {
+        b.format(|buf, rec| {
+            let line = serde_json::json!({
+                "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+                "level": rec.level().as_str(),
+                "target": rec.target(),
+                "msg": rec.args().to_string(),
+            });
+            writeln!(buf, "{line}")
+        });
+    }
+    b.init();
+}
+
+fn banner(h: &tether::server::Handle) {
+    let p = h.proxy_addr;
+    println!(
+        "tether on http://{p}  (admin http://{}/metrics)",
+        h.admin_addr
+    );
+    if let Some((demo, _)) = &h.demo {
+        println!("no --upstream given: serving the embedded demo backend on http://{demo}\n");
+        println!("# a turn, recorded as it streams (protocol 1):");
+        println!("curl -N http://{p}/chat -d '{{\"chat_id\":\"c1\",\"protocol\":1}}'\n");
+        println!("# kill the client mid-turn (the backend keeps going):");
+        println!("timeout 1 curl -N 'http://{p}/chat?pace_ms=200' -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
+        println!("# recover: snapshot of what was missed, the live tail, then STREAM_END:");
+        println!("curl -N http://{p}/chat/live -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let cfg = match Config::load(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("tether: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let demo_pace = match humantime::parse_duration(&flags.demo_pace) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("tether: invalid configuration: --demo-pace: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    if flags.log_format != "text" && flags.log_format != "json" {
+        eprintln!("tether: invalid configuration: --log-format: must be text or json");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    init_logging(&flags.log_format);
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if cfg.server.threads > 0 {
+        rt.worker_threads(cfg.server.threads);
+    }
+    let rt = match rt.enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tether: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let drain = cfg.server.drain_timeout.0;
+    let code = rt.block_on(async move {
+        let demo = DemoOptions {
+            tokens: flags.demo_tokens,
+            pace: demo_pace,
+        };
+        let handle = match tether::server::start(cfg, demo).await {
+            Ok(h) => h,
+            Err(e) => {
+                eprintln!("tether: cannot listen: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        banner(&handle);
+        shutdown_signal().await;
+        log::info!("signal received: draining for up to {:?}", drain);
+        handle.drain(drain).await;
+        ExitCode::SUCCESS
+    });
+    // Connection tasks were told to stop; do not wait long for stragglers.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    code
+}

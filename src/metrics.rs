@@ -45,9 +45,16 @@ pub struct Metrics {
     pub unobserved_events: IntCounter,
 }
 
-fn counter_vec(reg: &Registry, name: &str, help: &str, label: &str, values: &[&str]) -> IntCounterVec {
+fn counter_vec(
+    reg: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: &[&str],
+) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric definition");
-    reg.register(Box::new(c.clone())).expect("unique metric name");
+    reg.register(Box::new(c.clone()))
+        .expect("unique metric name");
     // Export every label value from the start, at zero.
     for v in values {
         c.with_label_values(&[v]);
@@ -57,20 +64,23 @@ fn counter_vec(reg: &Registry, name: &str, help: &str, label: &str, values: &[&s
 
 fn counter(reg: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("valid metric definition");
-    reg.register(Box::new(c.clone())).expect("unique metric name");
+    reg.register(Box::new(c.clone()))
+        .expect("unique metric name");
     c
 }
 
 fn gauge(reg: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("valid metric definition");
-    reg.register(Box::new(g.clone())).expect("unique metric name");
+    reg.register(Box::new(g.clone()))
+        .expect("unique metric name");
     g
 }
 
 fn histogram(reg: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
     let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
         .expect("valid metric definition");
-    reg.register(Box::new(h.clone())).expect("unique metric name");
+    reg.register(Box::new(h.clone()))
+        .expect("unique metric name");
     h
 }
 
@@ -90,8 +100,18 @@ impl Metrics {
             2.5,
         ];
         Metrics {
-            runs_active: gauge(&r, "tether_runs_active", "Runs whose producer is reading the upstream"),
-            runs_started: counter_vec(&r, "tether_runs_started_total", "Runs recorded, by route", "route", &[]),
+            runs_active: gauge(
+                &r,
+                "tether_runs_active",
+                "Runs whose producer is reading the upstream",
+            ),
+            runs_started: counter_vec(
+                &r,
+                "tether_runs_started_total",
+                "Runs recorded, by route",
+                "route",
+                &[],
+            ),
             runs_finished: counter_vec(
                 &r,
                 "tether_runs_finished_total",
@@ -126,8 +146,16 @@ impl Metrics {
                 "Time from an event's arrival from upstream to its write to an observer",
                 secs.clone(),
             ),
-            upstream_events: counter(&r, "tether_upstream_events_total", "Events read from upstreams"),
-            upstream_bytes: counter(&r, "tether_upstream_bytes_total", "Body bytes read from recorded upstreams"),
+            upstream_events: counter(
+                &r,
+                "tether_upstream_events_total",
+                "Events read from upstreams",
+            ),
+            upstream_bytes: counter(
+                &r,
+                "tether_upstream_bytes_total",
+                "Body bytes read from recorded upstreams",
+            ),
             upstream_errors: counter_vec(
                 &r,
                 "tether_upstream_errors_total",
@@ -135,7 +163,11 @@ impl Metrics {
                 "kind",
                 &["connect", "timeout", "reset", "status", "protocol"],
             ),
-            recorded_bytes: gauge(&r, "tether_recorded_bytes", "Bytes held by replay windows and snapshots"),
+            recorded_bytes: gauge(
+                &r,
+                "tether_recorded_bytes",
+                "Bytes held by replay windows and snapshots",
+            ),
             runs_evicted: counter_vec(
                 &r,
                 "tether_runs_evicted_total",

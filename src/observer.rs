@@ -61,7 +61,12 @@ pub enum Decision {
 }
 
 /// Decides an attach (DESIGN, attach table). A `run_id` without `after_seq` counts as cursor 0.
-pub fn decide(registry: &Registry, chat_id: &str, run_id: Option<&str>, after: Option<u64>) -> Decision {
+pub fn decide(
+    registry: &Registry,
+    chat_id: &str,
+    run_id: Option<&str>,
+    after: Option<u64>,
+) -> Decision {
     let current = registry.current(chat_id);
     let replacement = |reason| match &current {
         Some(c) => Decision::Serve {
@@ -109,7 +114,10 @@ pub async fn wait_for_run(registry: &Registry, chat_id: &str, wait: Duration) ->
             Decision::Missing => {}
             d => return d,
         }
-        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
             return Decision::NoContent;
         }
     }
@@ -153,7 +161,9 @@ pub async fn serve<S: Sink>(
 async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     let t = Instant::now();
     let (seq, frame, _) = run.snapshot().await;
-    metrics.snapshot_serialize.observe(t.elapsed().as_secs_f64());
+    metrics
+        .snapshot_serialize
+        .observe(t.elapsed().as_secs_f64());
     (seq, frame)
 }
 
@@ -183,12 +193,14 @@ async fn write_loop<S: Sink>(
             seq
         }
     };
-    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + opts.heartbeat, opts.heartbeat);
+    let mut heartbeat =
+        tokio::time::interval_at(tokio::time::Instant::now() + opts.heartbeat, opts.heartbeat);
     loop {
         rx.borrow_and_update();
         match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
             Ok(read) => {
-                let mut out = BytesMut::with_capacity(read.frames.iter().map(Bytes::len).sum::<usize>());
+                let mut out =
+                    BytesMut::with_capacity(read.frames.iter().map(Bytes::len).sum::<usize>());
                 for f in &read.frames {
                     out.extend_from_slice(f);
                 }
@@ -200,7 +212,9 @@ async fn write_loop<S: Sink>(
                         return Outcome::Gone;
                     }
                     if !read.frames.is_empty() {
-                        metrics.observer_lag.observe(run.head().saturating_sub(read.last) as f64);
+                        metrics
+                            .observer_lag
+                            .observe(run.head().saturating_sub(read.last) as f64);
                         if let Some(at) = read.last_arrival {
                             metrics.delivery_delay.observe(at.elapsed().as_secs_f64());
                         }
@@ -217,7 +231,10 @@ async fn write_loop<S: Sink>(
             Err(_) => {
                 // Fell out of the window (a slow reader): reset from a fresh snapshot.
                 metrics.snapshot_resets.with_label_values(&["lagged"]).inc();
-                debug!("observer of run {} lagged at {cursor}; reset by snapshot", run.id());
+                debug!(
+                    "observer of run {} lagged at {cursor}; reset by snapshot",
+                    run.id()
+                );
                 let (seq, frame) = snapshot(run, metrics).await;
                 if sink.send(frame).await.is_err() {
                     return Outcome::Gone;

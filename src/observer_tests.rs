@@ -73,10 +73,20 @@ fn attach_table_without_cursor() {
     let run = live(&reg, "c", "r1", 8);
     assert!(matches!(
         decide(&reg, "c", None, None),
-        Decision::Serve { start: Start::Snapshot, reset: None, .. }
+        Decision::Serve {
+            start: Start::Snapshot,
+            reset: None,
+            ..
+        }
     ));
     run.finish(false, Some("upstream_reset"));
-    assert!(matches!(decide(&reg, "c", None, None), Decision::Serve { start: Start::Snapshot, .. }));
+    assert!(matches!(
+        decide(&reg, "c", None, None),
+        Decision::Serve {
+            start: Start::Snapshot,
+            ..
+        }
+    ));
     let run2 = live(&reg, "c", "r2", 8);
     run2.finish(true, None);
     assert!(matches!(decide(&reg, "c", None, None), Decision::NoContent));
@@ -85,27 +95,50 @@ fn attach_table_without_cursor() {
 #[test]
 fn attach_table_with_cursor() {
     let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-    assert!(matches!(decide(&reg, "c", Some("nope"), Some(3)), Decision::NoContent));
+    assert!(matches!(
+        decide(&reg, "c", Some("nope"), Some(3)),
+        Decision::NoContent
+    ));
     let run = live(&reg, "c", "r1", 2);
     for d in ["a", "b", "c", "d"] {
         run.append(&[text(d)]);
     }
     let reset = |d: Decision| match d {
-        Decision::Serve { start: Start::Snapshot, reset, .. } => reset,
+        Decision::Serve {
+            start: Start::Snapshot,
+            reset,
+            ..
+        } => reset,
         other => panic!("{other:?}"),
     };
-    assert_eq!(reset(decide(&reg, "c", Some("nope"), Some(3))), Some("unknown_run"));
-    assert_eq!(reset(decide(&reg, "c", Some("r1"), Some(9))), Some("future_cursor"));
-    assert_eq!(reset(decide(&reg, "c", Some("r1"), Some(1))), Some("expired_cursor"));
+    assert_eq!(
+        reset(decide(&reg, "c", Some("nope"), Some(3))),
+        Some("unknown_run")
+    );
+    assert_eq!(
+        reset(decide(&reg, "c", Some("r1"), Some(9))),
+        Some("future_cursor")
+    );
+    assert_eq!(
+        reset(decide(&reg, "c", Some("r1"), Some(1))),
+        Some("expired_cursor")
+    );
     assert!(matches!(
         decide(&reg, "c", Some("r1"), Some(3)),
-        Decision::Serve { start: Start::After(3), reset: None, .. }
+        Decision::Serve {
+            start: Start::After(3),
+            reset: None,
+            ..
+        }
     ));
     run.finish(true, None);
     // At the head of a completed run: served from the cursor, which yields just STREAM_END.
     assert!(matches!(
         decide(&reg, "c", Some("r1"), Some(4)),
-        Decision::Serve { start: Start::After(4), .. }
+        Decision::Serve {
+            start: Start::After(4),
+            ..
+        }
     ));
 }
 
@@ -186,7 +219,9 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
     assert_eq!(frames[0]["seq"], run.head());
     assert_eq!(frames[0]["events"][0]["delta"], "ab");
     assert_eq!(frames[0]["events"].as_array().unwrap().len(), 13);
-    assert!(m.render().contains("tether_snapshot_resets_total{reason=\"lagged\"} 1"));
+    assert!(m
+        .render()
+        .contains("tether_snapshot_resets_total{reason=\"lagged\"} 1"));
 }
 
 #[tokio::test]
@@ -198,8 +233,14 @@ async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     let (_g, gate) = watch::channel(true);
     let (_s, stop) = watch::channel(false);
     let mut sink = ChanSink { tx, gate };
-    assert_eq!(serve(&mut sink, &run, Start::Fresh, &opts(), &m, stop).await, Outcome::Ended);
+    assert_eq!(
+        serve(&mut sink, &run, Start::Fresh, &opts(), &m, stop).await,
+        Outcome::Ended
+    );
     let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));
-    assert_eq!(frames[0], json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]}));
+    assert_eq!(
+        frames[0],
+        json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]})
+    );
     assert_eq!(frames[1]["reason"], "no_terminal_event");
 }

@@ -108,14 +108,14 @@ impl Upstream {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let (mut s, reused) = self
-                .connector
-                .get_http_session(&self.peer)
-                .await
-                .map_err(|e| UpstreamError {
-                    kind: kind_of(&e, true),
-                    message: format!("cannot connect to {}: {e}", self.peer.address()),
-                })?;
+            let (mut s, reused) =
+                self.connector
+                    .get_http_session(&self.peer)
+                    .await
+                    .map_err(|e| UpstreamError {
+                        kind: kind_of(&e, true),
+                        message: format!("cannot connect to {}: {e}", self.peer.address()),
+                    })?;
             s.set_read_timeout(Some(self.opts.idle_timeout.0));
             s.set_write_timeout(Some(self.opts.write_timeout.0));
             match exchange(&mut s, header.clone(), body.clone()).await {
@@ -139,7 +139,11 @@ impl Upstream {
     }
 }
 
-async fn exchange(s: &mut HttpSession, header: RequestHeader, body: Bytes) -> pingora_core::Result<()> {
+async fn exchange(
+    s: &mut HttpSession,
+    header: RequestHeader,
+    body: Bytes,
+) -> pingora_core::Result<()> {
     s.write_request_header(Box::new(header)).await?;
     if !body.is_empty() {
         s.write_request_body(body, true).await?;
@@ -156,7 +160,11 @@ async fn exchange(s: &mut HttpSession, header: RequestHeader, body: Bytes) -> pi
 
 /// The request as forwarded: the client's, minus hop-by-hop headers, with the body length,
 /// `Accept-Encoding: identity` and `X-Tether-Run-Id`.
-fn outgoing(req: &RequestHeader, len: usize, run_id: Option<&str>) -> pingora_core::Result<RequestHeader> {
+fn outgoing(
+    req: &RequestHeader,
+    len: usize,
+    run_id: Option<&str>,
+) -> pingora_core::Result<RequestHeader> {
     let mut h = req.clone();
     if h.uri.scheme().is_some() {
         let pq = h.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -185,7 +193,11 @@ pub fn is_recordable(h: &ResponseHeader) -> bool {
         && h.headers
             .get("content-type")
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            })
 }
 
 /// The upstream's answer, reported once by the producer.
@@ -249,10 +261,17 @@ pub fn spawn(job: Job) -> oneshot::Receiver<Head> {
 
 async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
     let m = job.metrics.clone();
-    let mut s = match job.upstream.open(&job.request, &job.body, Some(&job.run_id)).await {
+    let mut s = match job
+        .upstream
+        .open(&job.request, &job.body, Some(&job.run_id))
+        .await
+    {
         Ok(s) => s,
         Err(e) => {
-            warn!("upstream unreachable for chat run {}: {}", job.run_id, e.message);
+            warn!(
+                "upstream unreachable for chat run {}: {}",
+                job.run_id, e.message
+            );
             m.upstream_errors.with_label_values(&[e.kind]).inc();
             let _ = head.send(Head::Failed(e));
             return;
@@ -290,13 +309,23 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
     } else {
         (None, None)
     };
-    info!("run {} started: chat {:?} route {}", run.id(), chat_id, job.route);
+    info!(
+        "run {} started: chat {:?} route {}",
+        run.id(),
+        chat_id,
+        job.route
+    );
     let _ = head.send(Head::Live {
         run: run.clone(),
         header,
         raw,
     });
-    let rec = Recording::read(&mut s, &run, &job, tee).await;
+    let mut tee = tee;
+    let rec = Recording::read(&mut s, &run, &job, &mut tee).await;
+    if let (true, Some(tx)) = (rec.clean, tee) {
+        // An empty chunk tells a legacy requester the upstream ended cleanly.
+        let _ = tx.try_send(Bytes::new());
+    }
     let persisted = rec.stopped.is_none()
         && match &job.commit {
             Commit::Eof => rec.clean && rec.saw_terminal,
@@ -312,6 +341,7 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
         }),
     };
     let end = run.finish(persisted, reason);
+    job.registry.notify();
     let outcome = if end.superseded {
         "superseded"
     } else if matches!(rec.stopped, Some("cancelled")) {
@@ -369,7 +399,7 @@ impl Recording {
         s: &mut HttpSession,
         run: &Arc<Run>,
         job: &Job,
-        mut tee: Option<mpsc::Sender<Bytes>>,
+        tee: &mut Option<mpsc::Sender<Bytes>>,
     ) -> Recording {
         let m = &job.metrics;
         let mut rec = Recording::default();
@@ -392,19 +422,26 @@ impl Recording {
                 Err(e) => {
                     let kind = kind_of(&e, false);
                     m.upstream_errors.with_label_values(&[kind]).inc();
-                    rec.error = Some(if kind == "timeout" { "upstream_timeout" } else { "upstream_reset" });
+                    rec.error = Some(if kind == "timeout" {
+                        "upstream_timeout"
+                    } else {
+                        "upstream_reset"
+                    });
                     warn!("run {}: upstream read failed: {e}", run.id());
                     break;
                 }
             };
             rec.bytes += chunk.len() as u64;
             m.upstream_bytes.inc_by(chunk.len() as u64);
-            if let Some(tx) = &tee {
+            if let Some(tx) = tee.as_ref() {
                 if let Err(e) = tx.try_send(chunk.clone()) {
                     if matches!(e, mpsc::error::TrySendError::Full(_)) {
-                        warn!("run {}: legacy client too slow, its stream is cut", run.id());
+                        warn!(
+                            "run {}: legacy client too slow, its stream is cut",
+                            run.id()
+                        );
                     }
-                    tee = None;
+                    *tee = None;
                 }
             }
             decoded.clear();
@@ -420,7 +457,10 @@ impl Recording {
                     }
                     Decoded::Oversized { bytes } => {
                         m.events_dropped.with_label_values(&["oversized"]).inc();
-                        warn!("run {}: dropped an upstream event over {bytes} bytes", run.id());
+                        warn!(
+                            "run {}: dropped an upstream event over {bytes} bytes",
+                            run.id()
+                        );
                     }
                 }
             }
@@ -441,7 +481,10 @@ impl Recording {
         }
         if dec.finish() && rec.clean {
             m.upstream_errors.with_label_values(&["protocol"]).inc();
-            warn!("run {}: upstream ended inside an event; it was discarded", run.id());
+            warn!(
+                "run {}: upstream ended inside an event; it was discarded",
+                run.id()
+            );
         }
         rec
     }

@@ -185,7 +185,12 @@ impl Registry {
             .is_some_and(|c| c.pending > 0 || c.attach_recording)
     }
 
-    /// A receiver woken whenever a run goes live or a pending registration ends.
+    /// Wakes every subscriber (a producer calls this when its run ended).
+    pub fn notify(&self) {
+        self.live.send_modify(|v| *v += 1);
+    }
+
+    /// A receiver woken whenever a run goes live or ends, or a pending registration ends.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.live.subscribe()
     }
@@ -194,7 +199,13 @@ impl Registry {
     pub fn recorded_bytes(&self) -> usize {
         self.chats
             .iter()
-            .map(|c| c.current.iter().chain(c.older.iter()).map(|r| r.bytes()).sum::<usize>())
+            .map(|c| {
+                c.current
+                    .iter()
+                    .chain(c.older.iter())
+                    .map(|r| r.bytes())
+                    .sum::<usize>()
+            })
             .sum()
     }
 
@@ -263,14 +274,22 @@ impl Registry {
             idle.sort();
             let excess = idle.len() - self.max_chats;
             for (_, chat_id) in idle.into_iter().take(excess) {
-                if self.chats.remove_if(&chat_id, |_, c| !c.is_busy()).is_some() {
+                if self
+                    .chats
+                    .remove_if(&chat_id, |_, c| !c.is_busy())
+                    .is_some()
+                {
                     swept.capacity += 1;
                 }
             }
         }
         let evicted = &self.metrics.runs_evicted;
-        evicted.with_label_values(&["expired"]).inc_by(swept.expired as u64);
-        evicted.with_label_values(&["capacity"]).inc_by(swept.capacity as u64);
+        evicted
+            .with_label_values(&["expired"])
+            .inc_by(swept.expired as u64);
+        evicted
+            .with_label_values(&["capacity"])
+            .inc_by(swept.capacity as u64);
         let mut total = self.swept.lock();
         total.expired += swept.expired;
         total.capacity += swept.capacity;

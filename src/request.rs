@@ -71,8 +71,14 @@ pub struct AttachRequest {
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::bad("invalid_body", "the body must be a JSON object")),
-        Err(e) => Err(ApiError::bad("invalid_json", format!("the body is not JSON: {e}"))),
+        Ok(_) => Err(ApiError::bad(
+            "invalid_body",
+            "the body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::bad(
+            "invalid_json",
+            format!("the body is not JSON: {e}"),
+        )),
     }
 }
 
@@ -133,9 +139,9 @@ pub fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, Ap
     for pair in q.split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         if k == name {
-            return percent_decode(v)
-                .map(Some)
-                .ok_or_else(|| ApiError::bad("invalid_query", format!("{name} is not valid UTF-8")));
+            return percent_decode(v).map(Some).ok_or_else(|| {
+                ApiError::bad("invalid_query", format!("{name} is not valid UTF-8"))
+            });
         }
     }
     Ok(None)
@@ -190,7 +196,9 @@ pub fn record(
     };
     let chat_id = match from {
         ChatIdFrom::Body(f) => chat_id_value(map.as_ref().and_then(|m| m.get(f)), f)?,
-        ChatIdFrom::Query(q) => chat_id_value(query_param(query, q)?.map(Value::String).as_ref(), q)?,
+        ChatIdFrom::Query(q) => {
+            chat_id_value(query_param(query, q)?.map(Value::String).as_ref(), q)?
+        }
         ChatIdFrom::Header(h) => chat_id_value(header(h).map(Value::String).as_ref(), h)?,
     };
     let protocol1 = match &map {
@@ -223,14 +231,21 @@ fn parse_cursor(s: &str, name: &str) -> Result<u64, ApiError> {
 /// Parses `Last-Event-ID: <run_id>:<seq>`.
 pub fn last_event_id(v: &str) -> Result<(String, u64), ApiError> {
     let (run, seq) = v.rsplit_once(':').ok_or_else(|| {
-        ApiError::bad("invalid_last_event_id", "Last-Event-ID must be <run_id>:<seq>")
+        ApiError::bad(
+            "invalid_last_event_id",
+            "Last-Event-ID must be <run_id>:<seq>",
+        )
     })?;
     check_run_id(run)?;
     Ok((run.to_string(), parse_cursor(seq, "Last-Event-ID seq")?))
 }
 
 /// Parses a `POST` attach body; `max_wait` caps `wait_ms`.
-pub fn attach_post(from: &ChatIdFrom, body: &[u8], max_wait: Duration) -> Result<AttachRequest, ApiError> {
+pub fn attach_post(
+    from: &ChatIdFrom,
+    body: &[u8],
+    max_wait: Duration,
+) -> Result<AttachRequest, ApiError> {
     let m = json_object(body)?;
     let field = match from {
         ChatIdFrom::Body(f) => f.as_str(),
@@ -271,7 +286,10 @@ pub fn attach_get(
     last_event_id_header: Option<&str>,
     max_wait: Duration,
 ) -> Result<AttachRequest, ApiError> {
-    let chat_id = chat_id_value(query_param(query, "chat_id")?.map(Value::String).as_ref(), "chat_id")?;
+    let chat_id = chat_id_value(
+        query_param(query, "chat_id")?.map(Value::String).as_ref(),
+        "chat_id",
+    )?;
     let mut run_id = query_param(query, "run_id")?;
     if let Some(r) = &run_id {
         check_run_id(r)?;

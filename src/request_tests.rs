@@ -14,20 +14,49 @@ fn code<T: std::fmt::Debug>(r: Result<T, ApiError>) -> &'static str {
 
 #[test]
 fn record_reads_chat_id_and_protocol() {
-    let r = record(&body_field(), br#"{"chat_id":"c1","protocol":1,"x":[1]}"#, None, |_| None).unwrap();
-    assert_eq!(r, RecordRequest { chat_id: "c1".into(), protocol1: true });
+    let r = record(
+        &body_field(),
+        br#"{"chat_id":"c1","protocol":1,"x":[1]}"#,
+        None,
+        |_| None,
+    )
+    .unwrap();
+    assert_eq!(
+        r,
+        RecordRequest {
+            chat_id: "c1".into(),
+            protocol1: true
+        }
+    );
     let r = record(&body_field(), br#"{"chat_id":"c1"}"#, None, |_| None).unwrap();
     assert!(!r.protocol1);
 }
 
 #[test]
 fn record_rejects_bad_json_missing_and_mistyped_fields() {
-    assert_eq!(code(record(&body_field(), b"{nope", None, |_| None)), "invalid_json");
-    assert_eq!(code(record(&body_field(), b"[1]", None, |_| None)), "invalid_body");
-    assert_eq!(code(record(&body_field(), b"{}", None, |_| None)), "missing_chat_id");
-    assert_eq!(code(record(&body_field(), br#"{"chat_id":5}"#, None, |_| None)), "invalid_chat_id");
     assert_eq!(
-        code(record(&body_field(), br#"{"chat_id":"c","protocol":"1"}"#, None, |_| None)),
+        code(record(&body_field(), b"{nope", None, |_| None)),
+        "invalid_json"
+    );
+    assert_eq!(
+        code(record(&body_field(), b"[1]", None, |_| None)),
+        "invalid_body"
+    );
+    assert_eq!(
+        code(record(&body_field(), b"{}", None, |_| None)),
+        "missing_chat_id"
+    );
+    assert_eq!(
+        code(record(&body_field(), br#"{"chat_id":5}"#, None, |_| None)),
+        "invalid_chat_id"
+    );
+    assert_eq!(
+        code(record(
+            &body_field(),
+            br#"{"chat_id":"c","protocol":"1"}"#,
+            None,
+            |_| None
+        )),
         "invalid_protocol"
     );
     let err = record(&body_field(), b"{nope", None, |_| None).unwrap_err();
@@ -48,7 +77,13 @@ fn chat_id_limits() {
 
 #[test]
 fn record_reads_chat_id_from_query_or_header() {
-    let r = record(&ChatIdFrom::Query("c".into()), b"", Some("a=1&c=x%20y"), |_| None).unwrap();
+    let r = record(
+        &ChatIdFrom::Query("c".into()),
+        b"",
+        Some("a=1&c=x%20y"),
+        |_| None,
+    )
+    .unwrap();
     assert_eq!(r.chat_id, "x y");
     let r = record(&ChatIdFrom::Header("x-chat".into()), b"", None, |h| {
         (h == "x-chat").then(|| "h1".to_string())
@@ -73,13 +108,20 @@ fn attach_post_fields_and_types() {
         (r#"{"chat_id":"c","after_seq":-1}"#, "invalid_cursor"),
         (r#"{"chat_id":"c","after_seq":1.5}"#, "invalid_cursor"),
         (r#"{"chat_id":"c","after_seq":"3"}"#, "invalid_cursor"),
-        (r#"{"chat_id":"c","after_seq":18446744073709551616}"#, "invalid_cursor"),
+        (
+            r#"{"chat_id":"c","after_seq":18446744073709551616}"#,
+            "invalid_cursor",
+        ),
         (r#"{"chat_id":"c","run_id":"a b"}"#, "invalid_run_id"),
         (r#"{"chat_id":"c","run_id":7}"#, "invalid_run_id"),
         (r#"{"chat_id":"c","wait_ms":-5}"#, "invalid_wait_ms"),
         (r#"{"chat":"c"}"#, "missing_chat_id"),
     ] {
-        assert_eq!(code(attach_post(&body_field(), body.as_bytes(), MAX)), c, "{body}");
+        assert_eq!(
+            code(attach_post(&body_field(), body.as_bytes(), MAX)),
+            c,
+            "{body}"
+        );
     }
 }
 
@@ -90,12 +132,25 @@ fn attach_get_reads_query_and_last_event_id() {
     assert_eq!(a.wait, Duration::from_millis(10));
     let a = attach_get(Some("chat_id=c"), Some("r2:42"), MAX).unwrap();
     assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r2"), Some(42)));
-    assert_eq!(code(attach_get(Some("chat_id=c"), Some("r2"), MAX)), "invalid_last_event_id");
-    assert_eq!(code(attach_get(Some("chat_id=c"), Some("r2:-1"), MAX)), "invalid_cursor");
     assert_eq!(
-        code(attach_get(Some("chat_id=c&after_seq=99999999999999999999"), None, MAX)),
+        code(attach_get(Some("chat_id=c"), Some("r2"), MAX)),
+        "invalid_last_event_id"
+    );
+    assert_eq!(
+        code(attach_get(Some("chat_id=c"), Some("r2:-1"), MAX)),
+        "invalid_cursor"
+    );
+    assert_eq!(
+        code(attach_get(
+            Some("chat_id=c&after_seq=99999999999999999999"),
+            None,
+            MAX
+        )),
         "invalid_cursor"
     );
     assert_eq!(code(attach_get(None, None, MAX)), "missing_chat_id");
-    assert_eq!(code(attach_get(Some("chat_id=%ff"), None, MAX)), "invalid_query");
+    assert_eq!(
+        code(attach_get(Some("chat_id=%ff"), None, MAX)),
+        "invalid_query"
+    );
 }

@@ -246,7 +246,7 @@ impl Run {
         let head = st.head;
         let end = st
             .end
-            .get_or_insert_with(|| End {
+            .get_or_insert(End {
                 seq: head,
                 persisted,
                 superseded: false,
@@ -301,7 +301,8 @@ impl Run {
         if let Some(end) = &st.end {
             if read.last >= end.seq {
                 read.end = Some(end.clone());
-                read.frames.truncate((end.seq.saturating_sub(after)) as usize);
+                read.frames
+                    .truncate((end.seq.saturating_sub(after)) as usize);
                 read.last = read.last.min(end.seq);
             }
         }

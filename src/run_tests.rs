@@ -31,7 +31,10 @@ fn parse_frame(frame: &[u8]) -> (String, Value) {
         .strip_prefix("data: ")
         .and_then(|d| d.strip_suffix("\n\n"))
         .expect("data line");
-    (id.to_string(), serde_json::from_str(data).expect("json frame"))
+    (
+        id.to_string(),
+        serde_json::from_str(data).expect("json frame"),
+    )
 }
 
 /// The reducer of the tests: text, arguments and reasoning accumulated per id, and the ordered
@@ -169,7 +172,9 @@ fn wakes_subscribers_on_append_and_end() {
 fn capture_shares_history_without_copying() {
     let run = Run::new("r", 4);
     for i in 0..100 {
-        run.append(&[ev(&json!({"type":"CUSTOM","name":"n","value":i}).to_string())]);
+        run.append(&[ev(
+            &json!({"type":"CUSTOM","name":"n","value":i}).to_string()
+        )]);
     }
     let a = run.capture();
     let b = run.capture();
@@ -206,7 +211,11 @@ fn window_memory_is_bounded_by_its_size() {
         run.append(&[text("m", &big)]);
     }
     // 16 frames of ~1 KiB plus one merged history entry of ~200 KiB (and its block slack).
-    assert!(run.bytes() < 16 * 1200 + 200 * 1000 + 128 * 1024 + one, "{}", run.bytes());
+    assert!(
+        run.bytes() < 16 * 1200 + 200 * 1000 + 128 * 1024 + one,
+        "{}",
+        run.bytes()
+    );
 }
 
 // ---- the recovery invariant -------------------------------------------------------------
@@ -243,7 +252,11 @@ fn frame_events(frames: &[Bytes], after: u64) -> Vec<Value> {
         .map(|(i, f)| {
             let (_, v) = parse_frame(f);
             assert_eq!(v["type"], "STREAM_EVENT");
-            assert_eq!(v["seq"].as_u64().unwrap(), after + 1 + i as u64, "gap or repeat");
+            assert_eq!(
+                v["seq"].as_u64().unwrap(),
+                after + 1 + i as u64,
+                "gap or repeat"
+            );
             v["event"].clone()
         })
         .collect()

@@ -57,7 +57,10 @@ fn lone_cr_then_data_in_next_chunk_is_a_line_ending() {
 
 #[test]
 fn strips_one_bom_at_stream_start_only() {
-    assert_eq!(events(b"\xEF\xBB\xBFdata: x\n\n"), vec![ev(None, "x", None)]);
+    assert_eq!(
+        events(b"\xEF\xBB\xBFdata: x\n\n"),
+        vec![ev(None, "x", None)]
+    );
     // A second BOM makes the field name unknown, so that line is ignored.
     assert_eq!(
         events(b"\xEF\xBB\xBF\xEF\xBB\xBFdata: x\n\ndata: y\n\n"),
@@ -102,7 +105,10 @@ fn multi_line_data_joins_with_lf() {
 #[test]
 fn empty_data_line_dispatches_an_empty_event_but_no_data_dispatches_nothing() {
     assert_eq!(events(b"data\n\n"), vec![ev(None, "", None)]);
-    assert_eq!(events(b"event: x\n\ndata: y\n\n"), vec![ev(None, "y", None)]);
+    assert_eq!(
+        events(b"event: x\n\ndata: y\n\n"),
+        vec![ev(None, "y", None)]
+    );
 }
 
 #[test]
@@ -127,7 +133,10 @@ fn event_id_and_retry_fields() {
 
 #[test]
 fn unknown_fields_and_colonless_lines_are_ignored() {
-    assert_eq!(events(b"foo: bar\nbaz\ndata: a\n\n"), vec![ev(None, "a", None)]);
+    assert_eq!(
+        events(b"foo: bar\nbaz\ndata: a\n\n"),
+        vec![ev(None, "a", None)]
+    );
 }
 
 #[test]
@@ -144,12 +153,18 @@ fn incomplete_event_at_end_of_stream_is_never_dispatched() {
 
 #[test]
 fn utf8_split_across_chunks_is_reassembled() {
-    let s = "data: h\u{e9}llo \u{1F600} \u{4e16}\n\n".as_bytes().to_vec();
+    let s = "data: h\u{e9}llo \u{1F600} \u{4e16}\n\n"
+        .as_bytes()
+        .to_vec();
     for split in 0..s.len() {
         let (out, _) = decode_chunks(&[&s[..split], &s[split..]], 1024);
         assert_eq!(
             out,
-            vec![Decoded::Event(ev(None, "h\u{e9}llo \u{1F600} \u{4e16}", None))]
+            vec![Decoded::Event(ev(
+                None,
+                "h\u{e9}llo \u{1F600} \u{4e16}",
+                None
+            ))]
         );
     }
 }

@@ -1,0 +1,80 @@
+//! The admin listener: `GET /metrics` (Prometheus text), `GET /healthz` (alive) and
+//! `GET /readyz` (serving; 503 while draining).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora_core::apps::{HttpServerApp, ReusedHttpStream};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::server::ShutdownWatch;
+
+use crate::proxy::Shared;
+use crate::server::http_app::respond;
+
+/// The admin HTTP app.
+pub struct Admin {
+    shared: Arc<Shared>,
+}
+
+impl Admin {
+    /// An admin app over the sidecar's shared state.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Admin { shared }
+    }
+
+    /// The Prometheus exposition, with the gauges derived from the registry refreshed first.
+    pub fn metrics_text(&self) -> String {
+        let m = &self.shared.metrics;
+        m.recorded_bytes
+            .set(self.shared.registry.recorded_bytes() as i64);
+        m.render()
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for Admin {
+    /// Runs once per request on the admin listener.
+    async fn process_new_http(
+        self: &Arc<Self>,
+        mut s: ServerSession,
+        _shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
+        if !s.read_request().await.ok()? {
+            return None;
+        }
+        let path = s.req_header().uri.path().to_string();
+        let get = s.req_header().method == http::Method::GET;
+        let ok = match (get, path.as_str()) {
+            (true, "/metrics") => {
+                let text = self.metrics_text();
+                respond(&mut s, 200, "text/plain; version=0.0.4", Bytes::from(text)).await
+            }
+            (true, "/healthz") => {
+                respond(&mut s, 200, "text/plain", Bytes::from_static(b"ok\n")).await
+            }
+            (true, "/readyz") => {
+                if self.shared.draining.load(Ordering::Relaxed) {
+                    respond(&mut s, 503, "text/plain", Bytes::from_static(b"draining\n")).await
+                } else {
+                    respond(&mut s, 200, "text/plain", Bytes::from_static(b"ready\n")).await
+                }
+            }
+            _ => {
+                let body = Bytes::from_static(br#"{"error":"not_found","message":"admin serves /metrics, /healthz and /readyz"}"#);
+                respond(&mut s, 404, "application/json", body).await
+            }
+        };
+        if !ok {
+            return None;
+        }
+        s.set_keepalive(Some(60));
+        let settings = pingora_core::apps::HttpPersistentSettings::for_session(&s);
+        s.finish()
+            .await
+            .ok()
+            .flatten()
+            .map(|r| ReusedHttpStream::from_reusable_stream(r, settings))
+    }
+}

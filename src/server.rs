@@ -1,0 +1,245 @@
+//! Listeners and lifecycle: binds the proxy, admin and (without an upstream) demo listeners,
+//! feeds accepted connections to Pingora's HTTP apps, sweeps the registry, and drains on
+//! shutdown.
+//!
+//! tether drives Pingora's `HttpProxy` app from its own accept loops instead of Pingora's
+//! `Server`, so that listeners can bind port 0 (tests learn the address), several sidecars can run
+//! in one process, and a drain ends as soon as the last run has ended rather than after a fixed
+//! grace period.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use log::{info, warn};
+use pingora_core::apps::ServerApp;
+use pingora_core::protocols::l4::stream::Stream as L4Stream;
+use pingora_core::protocols::Stream;
+use pingora_core::server::configuration::ServerConf;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::demo::{Demo, DemoOptions};
+use crate::metrics::Metrics;
+use crate::producer::Upstream;
+use crate::proxy::{Shared, Sidecar};
+use crate::registry::Registry;
+
+/// A running sidecar.
+pub struct Handle {
+    /// Where the proxy listens.
+    pub proxy_addr: SocketAddr,
+    /// Where the admin listener listens.
+    pub admin_addr: SocketAddr,
+    /// Where the embedded demo backend listens, when no upstream was configured.
+    pub demo: Option<(SocketAddr, Arc<Demo>)>,
+    /// State shared with every request.
+    pub shared: Arc<Shared>,
+    accept_stop: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Binds every listener and starts serving. Must run inside a multi-threaded tokio runtime.
+pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handle> {
+    let (accept_stop, accept_rx) = watch::channel(false);
+    let (stop, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let pingora_conf = Arc::new(ServerConf::default());
+
+    let demo = match &cfg.upstream {
+        Some(_) => None,
+        None => {
+            let listener = TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?;
+            let app = Arc::new(Demo::new(demo_opts));
+            tasks.push(tokio::spawn(accept_loop(
+                listener,
+                app.clone(),
+                accept_rx.clone(),
+            )));
+            Some((addr, app))
+        }
+    };
+    let upstream_addr = match (&cfg.upstream, &demo) {
+        (Some(u), _) => u.clone(),
+        (None, Some((a, _))) => a.to_string(),
+        (None, None) => unreachable!("a demo backend is started when no upstream is set"),
+    };
+
+    let metrics = Metrics::new();
+    let registry = Registry::new(
+        cfg.recorder.retention.0,
+        cfg.recorder.max_chats,
+        metrics.clone(),
+    );
+    let shared = Arc::new(Shared {
+        upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())),
+        registry: registry.clone(),
+        metrics: metrics.clone(),
+        draining: Default::default(),
+        stop: stop_rx,
+        cfg,
+    });
+
+    let listener = TcpListener::bind(shared.cfg.listen).await?;
+    let proxy_addr = listener.local_addr()?;
+    let proxy = Arc::new(pingora_proxy::http_proxy(
+        &pingora_conf,
+        Sidecar::new(shared.clone()),
+    ));
+    tasks.push(tokio::spawn(accept_loop(
+        listener,
+        proxy,
+        accept_rx.clone(),
+    )));
+
+    let listener = TcpListener::bind(shared.cfg.admin).await?;
+    let admin_addr = listener.local_addr()?;
+    let admin = Arc::new(Admin::new(shared.clone()));
+    // The admin listener stays up through a drain so /readyz can say so.
+    let (_admin_stop_tx, admin_rx) = watch::channel(false);
+    tasks.push(tokio::spawn(async move {
+        let _keep = _admin_stop_tx;
+        accept_loop(listener, admin, admin_rx).await
+    }));
+
+    let sweep_every = (shared.cfg.recorder.retention.0 / 4)
+        .clamp(Duration::from_millis(100), Duration::from_secs(5));
+    let mut sweep_stop = accept_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(sweep_every);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => { registry.sweep(std::time::Instant::now()); }
+                _ = sweep_stop.changed() => return,
+            }
+        }
+    }));
+
+    info!("tether listening on {proxy_addr} (admin {admin_addr}) in front of {upstream_addr}");
+    Ok(Handle {
+        proxy_addr,
+        admin_addr,
+        demo,
+        shared,
+        accept_stop,
+        stop,
+        tasks,
+    })
+}
+
+/// Accepts connections and hands each to `app` until `stop` turns true.
+async fn accept_loop<A>(listener: TcpListener, app: Arc<A>, mut stop: watch::Receiver<bool>)
+where
+    A: ServerApp + Send + Sync + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of descriptors and the like: back off briefly instead of spinning.
+                warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let app = app.clone();
+        let shutdown = stop.clone();
+        tokio::spawn(async move {
+            let stream: Stream = Box::new(L4Stream::from(tcp));
+            let mut next = app.process_new(stream, &shutdown).await;
+            while let Some(stream) = next {
+                next = app.process_new(stream, &shutdown).await;
+            }
+        });
+    }
+}
+
+impl Handle {
+    /// Drains: stops accepting and refuses new record requests, lets producers and observers
+    /// run until every run has ended or `timeout` passes, then stops what is left. Returns
+    /// whether every run ended in time.
+    pub async fn drain(self, timeout: Duration) -> bool {
+        let shared = self.shared.clone();
+        shared.draining.store(true, Ordering::Relaxed);
+        self.accept_stop.send_replace(true);
+        info!(
+            "draining: {} runs still producing",
+            shared.registry.producing().len()
+        );
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut rx = shared.registry.subscribe();
+        let all_ended = loop {
+            if shared.registry.producing().is_empty() {
+                break true;
+            }
+            // Producers bump the registry's watch when their run ends.
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => break false,
+            }
+        };
+        if !all_ended {
+            warn!(
+                "drain timeout: stopping {} runs",
+                shared.registry.producing().len()
+            );
+            for r in shared.registry.producing() {
+                r.request_stop("shutdown");
+            }
+        }
+        // Observers of ended runs finish on their own; stop the rest.
+        self.stop.send_replace(true);
+        for t in self.tasks {
+            t.abort();
+        }
+        info!("drained");
+        all_ended
+    }
+
+    /// Stops everything at once (tests).
+    pub fn abort(self) {
+        self.accept_stop.send_replace(true);
+        self.stop.send_replace(true);
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A tiny helper for the admin and demo apps: the pieces of `pingora_core` they share.
+pub(crate) mod http_app {
+    use bytes::Bytes;
+    use pingora_core::protocols::http::ServerSession;
+    use pingora_http::ResponseHeader;
+
+    /// Writes a whole response with a body.
+    pub async fn respond(
+        s: &mut ServerSession,
+        status: u16,
+        content_type: &str,
+        body: Bytes,
+    ) -> bool {
+        let Ok(mut h) = ResponseHeader::build(status, Some(2)) else {
+            return false;
+        };
+        if h.insert_header("content-type", content_type).is_err()
+            || h.insert_header("content-length", body.len().to_string())
+                .is_err()
+        {
+            return false;
+        }
+        s.write_response_header(Box::new(h)).await.is_ok()
+            && s.write_response_body(body, true).await.is_ok()
+    }
+}
