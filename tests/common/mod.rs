@@ -63,14 +63,21 @@ impl Sidecar {
     }
 }
 
-/// Starts tether in front of `upstream` with extra TOML (`[recorder]` etc.).
+/// Starts tether in front of `upstream` with extra TOML (`[recorder]` etc.; lines of a leading
+/// `[server]` table join the harness's own).
 pub async fn sidecar(upstream: SocketAddr, extra_toml: &str) -> Sidecar {
+    let (server, rest) = match extra_toml.strip_prefix("[server]\n") {
+        Some(r) => r.split_at(r.find("\n[").map_or(r.len(), |i| i + 1)),
+        None => ("", extra_toml),
+    };
     let text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{extra_toml}"
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{server}\n{rest}"
     );
     let file = parse_file(&text).unwrap();
     let cfg = tether::config::Config::from_parts(file, &Flags::default()).unwrap();
-    let handle = tether::server::start(cfg, DemoOptions::default()).await.unwrap();
+    let handle = tether::server::start(cfg, DemoOptions::default())
+        .await
+        .unwrap();
     Sidecar {
         addr: handle.proxy_addr,
         admin: handle.admin_addr,
@@ -155,7 +162,9 @@ impl Backend {
     /// Waits until `n` answers have ended (completed, failed or reset).
     pub async fn wait_answers(&self, n: usize) {
         let mut rx = self.done.subscribe();
-        within("backend answers", rx.wait_for(|d| *d >= n)).await.unwrap();
+        within("backend answers", rx.wait_for(|d| *d >= n))
+            .await
+            .unwrap();
     }
 }
 
@@ -171,8 +180,11 @@ pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static)
     let (s2, r2, d2) = (served.clone(), requests.clone(), done.clone());
     tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
-            let (script, served, requests, done) = (script.clone(), s2.clone(), r2.clone(), d2.clone());
+            let Ok((mut sock, _)) = listener.accept().await else {
+                return;
+            };
+            let (script, served, requests, done) =
+                (script.clone(), s2.clone(), r2.clone(), d2.clone());
             tokio::spawn(async move {
                 let mut buf = BytesMut::new();
                 // Keep-alive: answer requests on this connection until it closes.
@@ -184,7 +196,9 @@ pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static)
                         let bytes = match step {
                             Step::Head(status, headers) => {
                                 let mut h = format!("HTTP/1.1 {status} X\r\n");
-                                let raw = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length"));
+                                let raw = headers
+                                    .iter()
+                                    .any(|(k, _)| k.eq_ignore_ascii_case("content-length"));
                                 for (k, v) in &headers {
                                     h.push_str(&format!("{k}: {v}\r\n"));
                                 }
@@ -268,7 +282,12 @@ async fn read_request(sock: &mut TcpStream, buf: &mut BytesMut) -> Option<Req> {
         }
     }
     let body = buf.split_to(len).freeze();
-    Some(Req { method, path, headers, body })
+    Some(Req {
+        method,
+        path,
+        headers,
+        body,
+    })
 }
 
 /// `data: <json>\n\n` for an AG-UI event.
@@ -283,7 +302,15 @@ pub fn sse_head() -> Step {
 
 /// A deterministic AG-UI turn of `n` text deltas (escapes and multi-byte text included).
 pub fn turn(n: usize) -> Vec<Value> {
-    let words = ["hel", "lo ", "caf\u{e9} ", "\u{1F600}", "\"q\"", "\n", "end"];
+    let words = [
+        "hel",
+        "lo ",
+        "caf\u{e9} ",
+        "\u{1F600}",
+        "\"q\"",
+        "\n",
+        "end",
+    ];
     let mut v = vec![
         json!({"type":"RUN_STARTED","threadId":"t","runId":"x"}),
         json!({"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}),
@@ -295,7 +322,9 @@ pub fn turn(n: usize) -> Vec<Value> {
             v.push(json!({"type":"TOOL_CALL_ARGS","toolCallId":"t1","delta":"1}"}));
             v.push(json!({"type":"TOOL_CALL_END","toolCallId":"t1"}));
         }
-        v.push(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":words[i % words.len()]}));
+        v.push(
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":words[i % words.len()]}),
+        );
     }
     v.push(json!({"type":"TEXT_MESSAGE_END","messageId":"m1"}));
     v.push(json!({"type":"RUN_FINISHED","threadId":"t","runId":"x"}));
@@ -317,9 +346,18 @@ pub struct Resp {
 }
 
 /// Sends one request on a fresh connection and reads the response head.
-pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
     let mut sock = TcpStream::connect(addr).await.unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n", body.len());
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
+        body.len()
+    );
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -331,7 +369,14 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&st
 
 /// POSTs JSON.
 pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
-    request(addr, "POST", path, &[("content-type", "application/json")], body.to_string().as_bytes()).await
+    request(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .await
 }
 
 async fn read_head(mut sock: TcpStream) -> Resp {
@@ -341,14 +386,24 @@ async fn read_head(mut sock: TcpStream) -> Resp {
             if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
                 return i;
             }
-            assert!(sock.read_buf(&mut raw).await.unwrap() > 0, "closed before a response head");
+            assert!(
+                sock.read_buf(&mut raw).await.unwrap() > 0,
+                "closed before a response head"
+            );
         }
     })
     .await;
     let head = String::from_utf8(raw[..end].to_vec()).unwrap();
     raw.advance(end + 4);
     let mut lines = head.split("\r\n");
-    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -371,7 +426,10 @@ async fn read_head(mut sock: TcpStream) -> Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Reads more body into the decoded buffer. Returns false at the end of the body (a clean
@@ -383,7 +441,11 @@ impl Resp {
         loop {
             if self.chunked {
                 if let Some(i) = self.raw.windows(2).position(|w| w == b"\r\n") {
-                    let size = usize::from_str_radix(std::str::from_utf8(&self.raw[..i]).unwrap().trim(), 16).unwrap();
+                    let size = usize::from_str_radix(
+                        std::str::from_utf8(&self.raw[..i]).unwrap().trim(),
+                        16,
+                    )
+                    .unwrap();
                     if self.raw.len() >= i + 2 + size + 2 {
                         self.raw.advance(i + 2);
                         let data = self.raw.split_to(size);
@@ -397,7 +459,9 @@ impl Resp {
                     }
                 }
             } else if !self.raw.is_empty() {
-                let n = self.remaining.map_or(self.raw.len(), |r| r.min(self.raw.len()));
+                let n = self
+                    .remaining
+                    .map_or(self.raw.len(), |r| r.min(self.raw.len()));
                 self.body.extend_from_slice(&self.raw.split_to(n));
                 if let Some(r) = self.remaining.as_mut() {
                     *r -= n;
@@ -441,7 +505,10 @@ impl Resp {
                         }
                     }
                     if let Some(d) = data {
-                        return Some(Frame { id, json: serde_json::from_str(&d).unwrap() });
+                        return Some(Frame {
+                            id,
+                            json: serde_json::from_str(&d).unwrap(),
+                        });
                     }
                     continue; // a comment
                 }
@@ -516,8 +583,12 @@ impl Reduced {
     pub fn apply(&mut self, e: &Value) {
         let id = |k: &str| e[k].as_str().unwrap_or_default().to_string();
         match (e["type"].as_str().unwrap_or_default(), e["delta"].as_str()) {
-            ("TEXT_MESSAGE_CONTENT", Some(d)) => *self.text.entry(id("messageId")).or_default() += d,
-            ("REASONING_MESSAGE_CONTENT", Some(d)) => *self.reasoning.entry(id("messageId")).or_default() += d,
+            ("TEXT_MESSAGE_CONTENT", Some(d)) => {
+                *self.text.entry(id("messageId")).or_default() += d
+            }
+            ("REASONING_MESSAGE_CONTENT", Some(d)) => {
+                *self.reasoning.entry(id("messageId")).or_default() += d
+            }
             ("TOOL_CALL_ARGS", Some(d)) => *self.args.entry(id("toolCallId")).or_default() += d,
             _ => self.others.push(e.clone()),
         }
