@@ -16,7 +16,7 @@ use crate::compact::Capture;
 use crate::frames;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
-use crate::run::{CursorMiss, Run};
+use crate::run::{CursorMiss, ObserverGuard, Run};
 use crate::sse::KEEPALIVE;
 
 /// Frames gathered into one write at most.
@@ -141,16 +141,18 @@ pub struct Options {
     pub heartbeat: Duration,
 }
 
-/// Serves one client from `run` until `STREAM_END`, the client leaving, or shutdown.
+/// Serves one client from `run` until `STREAM_END`, the client leaving, or shutdown. `guard`
+/// is the client's attachment when it was counted earlier (the original requester).
 pub async fn serve<S: Sink>(
     sink: &mut S,
     run: &Arc<Run>,
     start: Start,
+    guard: Option<ObserverGuard>,
     opts: &Options,
     metrics: &Metrics,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> Outcome {
-    let _guard = run.observe();
+    let _guard = guard.unwrap_or_else(|| run.observe());
     metrics.observers_active.inc();
     let outcome = write_loop(sink, run, start, opts, metrics, &mut shutdown).await;
     metrics.observers_active.dec();

@@ -169,7 +169,7 @@ async fn serves_snapshot_then_live_events_then_one_end() {
     let m2 = m.clone();
     let task = tokio::spawn(async move {
         let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::Snapshot, &opts(), &m2, stop).await
+        serve(&mut sink, &r, Start::Snapshot, None, &opts(), &m2, stop).await
     });
     // The snapshot arrives first; wait for it before appending more.
     let first = rx.recv().await.unwrap();
@@ -201,7 +201,7 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
     let m2 = m.clone();
     let task = tokio::spawn(async move {
         let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::After(0), &opts(), &m2, stop).await
+        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, stop).await
     });
     let _ = rx.recv().await.unwrap(); // seq 1 written
     gate_tx.send_replace(false); // the client stops reading
@@ -234,7 +234,7 @@ async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     let (_s, stop) = watch::channel(false);
     let mut sink = ChanSink { tx, gate };
     assert_eq!(
-        serve(&mut sink, &run, Start::Fresh, &opts(), &m, stop).await,
+        serve(&mut sink, &run, Start::Fresh, None, &opts(), &m, stop).await,
         Outcome::Ended
     );
     let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));

@@ -23,7 +23,7 @@ use crate::config::{self, Commit};
 use crate::event::{classify, Event};
 use crate::metrics::Metrics;
 use crate::registry::{Pending, Registry};
-use crate::run::Run;
+use crate::run::{ObserverGuard, Run};
 use crate::sse::{Decoded, Decoder};
 
 /// Upstream chunks queued for a legacy requester before it counts as too slow and is cut off.
@@ -210,6 +210,8 @@ pub enum Head {
         header: ResponseHeader,
         /// Upstream body chunks, unchanged, when a legacy tee was asked for.
         raw: Option<mpsc::Receiver<Bytes>>,
+        /// Counts the requester as attached from the first event on.
+        guard: ObserverGuard,
     },
     /// Not recorded: relay this response unchanged.
     Relay {
@@ -299,6 +301,7 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
         return;
     };
     let chat_id = pending.chat_id().to_string();
+    let guard = run.observe();
     job.registry.go_live(&pending, run.clone());
     drop(pending);
     m.runs_started.with_label_values(&[&job.route]).inc();
@@ -319,6 +322,7 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
         run: run.clone(),
         header,
         raw,
+        guard,
     });
     let mut tee = tee;
     let rec = Recording::read(&mut s, &run, &job, &mut tee).await;

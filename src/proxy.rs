@@ -20,7 +20,7 @@ use crate::observer::{self, Decision, Sink, Start};
 use crate::producer::{self, Head, Job, Upstream};
 use crate::registry::{mint_run_id, Registry};
 use crate::request::{self, ApiError};
-use crate::run::Run;
+use crate::run::{ObserverGuard, Run};
 
 /// State shared by every request of one sidecar.
 pub struct Shared {
@@ -330,19 +330,33 @@ impl Sidecar {
                     Err(_) => Handled::Abort,
                 }
             }
-            Ok(Head::Live { run, header, raw }) => match raw {
-                Some(raw) => self.legacy(session, header, raw).await,
+            Ok(Head::Live {
+                run,
+                header,
+                raw,
+                guard,
+            }) => match raw {
+                Some(raw) => {
+                    let _attached = guard;
+                    self.legacy(session, header, raw).await
+                }
                 None => {
                     if !write_sse_header(session, run.id()).await {
                         return Handled::Abort;
                     }
-                    self.observe(session, &run, Start::Fresh).await
+                    self.observe(session, &run, Start::Fresh, Some(guard)).await
                 }
             },
         }
     }
 
-    async fn observe(&self, session: &mut Session, run: &Arc<Run>, start: Start) -> Handled {
+    async fn observe(
+        &self,
+        session: &mut Session,
+        run: &Arc<Run>,
+        start: Start,
+        guard: Option<ObserverGuard>,
+    ) -> Handled {
         let s = &self.shared;
         session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
         let opts = observer::Options {
@@ -352,6 +366,7 @@ impl Sidecar {
             &mut SessionSink(session),
             run,
             start,
+            guard,
             &opts,
             &s.metrics,
             s.stop.clone(),
@@ -482,7 +497,7 @@ impl Sidecar {
                 if !write_sse_header(session, run.id()).await {
                     return Handled::Abort;
                 }
-                self.observe(session, &run, start).await
+                self.observe(session, &run, start, None).await
             }
         }
     }

@@ -190,15 +190,25 @@ impl Handle {
             }
         };
         if !all_ended {
-            warn!(
-                "drain timeout: stopping {} runs",
-                shared.registry.producing().len()
-            );
-            for r in shared.registry.producing() {
+            let left = shared.registry.producing();
+            warn!("drain timeout: stopping {} runs", left.len());
+            for r in &left {
                 r.request_stop("shutdown");
             }
+            // Stopped producers end their runs within a read; wait briefly for that.
+            let grace = tokio::time::Instant::now() + Duration::from_secs(2);
+            while !shared.registry.producing().is_empty() {
+                if tokio::time::timeout_at(grace, rx.changed()).await.is_err() {
+                    break;
+                }
+            }
         }
-        // Observers of ended runs finish on their own; stop the rest.
+        // Observers of ended runs are writing their STREAM_END; give them a moment to finish
+        // before the hard stop closes what is left.
+        let grace = tokio::time::Instant::now() + Duration::from_secs(1);
+        while shared.metrics.observers_active.get() > 0 && tokio::time::Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.stop.send_replace(true);
         for t in self.tasks {
             t.abort();

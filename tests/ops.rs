@@ -1,0 +1,274 @@
+//! Operability: admin endpoints, metric values as scenarios drive them, graceful drain, and the
+//! binary's SIGTERM handling.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {
+    let be = backend(|_| vec![sse_head(), Step::End]).await;
+    let tether = sidecar(be.addr, "").await;
+    let mut r = request(tether.admin, "GET", "/healthz", &[], b"").await;
+    assert_eq!((r.status, &r.body_to_end().await[..]), (200, &b"ok\n"[..]));
+    assert_eq!(
+        request(tether.admin, "GET", "/readyz", &[], b"")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        request(tether.admin, "GET", "/nope", &[], b"").await.status,
+        404
+    );
+    let r = request(tether.admin, "GET", "/metrics", &[], b"").await;
+    assert!(r.header("content-type").unwrap().starts_with("text/plain"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_as_runs_are_recorded_and_observed() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |_| {
+        let mut s = vec![sse_head()];
+        for (i, e) in turn(10).iter().enumerate() {
+            if i == 3 {
+                s.push(Step::Wait(g.clone()));
+            }
+            s.push(Step::Chunk(sse(e)));
+        }
+        s.push(Step::End);
+        s
+    })
+    .await;
+    let tether = sidecar(be.addr, "").await;
+    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    while r.frame().await.unwrap().seq() < 3 {}
+    assert_eq!(tether.metric("tether_runs_active").await, 1.0);
+    assert_eq!(tether.metric("tether_observers_active").await, 1.0);
+    assert!(tether.metric("tether_recorded_bytes").await > 0.0);
+    // The client leaves: what arrives next is recorded unobserved.
+    r.kill();
+    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
+    let run = registry.current("c").unwrap();
+    within("observer gone", async {
+        while run.observers() > 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    gate.open();
+    be.wait_answers(1).await;
+    within("run ended", async {
+        while run.is_producing() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let total = turn(10).len() as f64;
+    assert_eq!(tether.metric("tether_upstream_events_total").await, total);
+    assert_eq!(
+        tether.metric("tether_unobserved_events_total").await,
+        total - 3.0
+    );
+    assert!(tether.metric("tether_upstream_bytes_total").await > 0.0);
+    assert_eq!(tether.metric("tether_runs_active").await, 0.0);
+    assert_eq!(tether.metric("tether_observers_active").await, 0.0);
+    assert_eq!(
+        tether
+            .metric("tether_runs_started_total{route=\"/chat\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(
+        tether
+            .metric("tether_runs_finished_total{outcome=\"persisted\"}")
+            .await,
+        1.0
+    );
+    assert!(tether.metric("tether_observer_lag_events_count").await >= 1.0);
+    assert!(tether.metric("tether_delivery_delay_seconds_count").await >= 1.0);
+    // A recovery by snapshot records a serialization.
+    post(
+        tether.addr,
+        "/chat/live",
+        &json!({"chat_id":"c","protocol":1,"run_id":"unknown","after_seq":1}),
+    )
+    .await
+    .frames_to_end()
+    .await;
+    assert_eq!(
+        tether
+            .metric("tether_snapshot_serialize_seconds_count")
+            .await,
+        1.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_runs_are_evicted_after_retention_and_counted() {
+    let be = backend(|_| {
+        vec![
+            sse_head(),
+            Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))),
+            Step::End,
+        ]
+    })
+    .await;
+    let tether = sidecar(be.addr, "[recorder]\nretention = \"1ms\"\nmax_chats = 1\n").await;
+    post(tether.addr, "/chat", &json!({"chat_id":"a","protocol":1}))
+        .await
+        .frames_to_end()
+        .await;
+    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
+    within("evicted", async {
+        while registry.current("a").is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        tether
+            .metric("tether_runs_evicted_total{reason=\"expired\"}")
+            .await
+            >= 1.0
+    );
+    let r = post(
+        tether.addr,
+        "/chat/live",
+        &json!({"chat_id":"a","protocol":1}),
+    )
+    .await;
+    assert_eq!(r.status, 204);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_refuses_readiness_lets_live_runs_finish_then_returns() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |_| {
+        let mut s = vec![
+            sse_head(),
+            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
+            Step::Wait(g.clone()),
+        ];
+        s.push(Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))));
+        s.push(Step::End);
+        s
+    })
+    .await;
+    let mut tether = sidecar(be.addr, "").await;
+    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    r.frame().await.unwrap();
+    r.frame().await.unwrap();
+    let handle = tether.handle.take().unwrap();
+    let shared = handle.shared.clone();
+    let drain = tokio::spawn(handle.drain(Duration::from_secs(30)));
+    within("not ready while draining", async {
+        while request(tether.admin, "GET", "/readyz", &[], b"")
+            .await
+            .status
+            != 503
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(shared.draining.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(!drain.is_finished(), "the drain waits for the live run");
+    gate.open();
+    let rest = r.frames_to_end().await;
+    assert_eq!(rest.last().unwrap().json["persisted"], true);
+    assert!(
+        within("drain", drain).await.unwrap(),
+        "every run ended in time"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_timeout_stops_what_is_left_and_tells_its_observers() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |_| {
+        vec![
+            sse_head(),
+            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
+            Step::Wait(g.clone()),
+            Step::End,
+        ]
+    })
+    .await;
+    let mut tether = sidecar(be.addr, "").await;
+    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    r.frame().await.unwrap();
+    r.frame().await.unwrap();
+    let handle = tether.handle.take().unwrap();
+    assert!(!within("drain", handle.drain(Duration::from_millis(50))).await);
+    let rest = r.frames_to_end().await;
+    let end = rest.last().unwrap();
+    assert_eq!(end.json["persisted"], false);
+    assert_eq!(end.json["reason"], "shutdown");
+    gate.open();
+}
+
+#[test]
+fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--demo-tokens",
+            "20",
+            "--demo-pace",
+            "30ms",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr: std::net::SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut r = post(addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+        r.frame().await.unwrap();
+        r.frame().await.unwrap();
+        let kill = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let rest = r.frames_to_end().await;
+        let end = rest.last().unwrap();
+        assert_eq!(
+            (end.ty(), end.json["persisted"].clone()),
+            ("STREAM_END", json!(true))
+        );
+    });
+    let status = within_blocking(move || child.wait().unwrap());
+    assert!(status.success(), "{status:?}");
+}
+
+/// Runs a blocking wait on a thread, bounded by the harness limit.
+fn within_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(LIMIT)
+        .expect("timed out waiting for the process")
+}
