@@ -297,6 +297,41 @@ mod tests {
         assert_eq!(second.events, 1);
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Hostile input: any bytes as event data, mixed with real deltas, always compact into a
+        /// valid JSON array with one entry per unmerged event.
+        #[test]
+        fn arbitrary_event_data_compacts_into_valid_json(
+            items in proptest::collection::vec(
+                prop_oneof![
+                    proptest::collection::vec(any::<u8>(), 0..64).prop_map(Some),
+                    Just(None),
+                ],
+                0..40,
+            ),
+        ) {
+            let mut c = Compactor::new();
+            for item in &items {
+                let data = match item {
+                    Some(raw) => Bytes::copy_from_slice(raw),
+                    None => Bytes::from_static(br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"\u00e9x"}"#),
+                };
+                let e = classify(&SseEvent { event: Some(Bytes::from_static(b"\xff")), data, id: None });
+                prop_assert!(serde_json::from_slice::<serde_json::Value>(&e.json).is_ok_and(|v| v.is_object()));
+                c.push(&e);
+            }
+            let cap = c.capture();
+            let mut out = BytesMut::new();
+            out.extend_from_slice(b"[");
+            cap.write_to(&mut out);
+            out.extend_from_slice(b"]");
+            let v: serde_json::Value = serde_json::from_slice(&out).expect("valid JSON");
+            prop_assert_eq!(v.as_array().unwrap().len(), cap.events);
+        }
+    }
+
     #[test]
     fn the_log_shares_blocks_without_copying_and_stays_logarithmic() {
         let mut log = ByteLog::default();

@@ -146,8 +146,72 @@ pub enum RouteKind {
     Record,
     /// Serve the chat's run from the buffer.
     Attach,
+    /// Stop a run by aborting its upstream request (`forward = true`: also tell the backend).
+    Stop,
+    /// Answer the chat's run status.
+    Status,
+    /// Forward, and on 2xx append a `tether.resolution` CUSTOM event to the chat's active run.
+    Annotate,
     /// Plain reverse proxy (also what unmatched requests get).
     Passthrough,
+}
+
+/// `[auth]`: who may see and stop a run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConf {
+    /// `none`, `header:<Name>`, `cookie:<name>` or `authorization`.
+    pub subject: String,
+}
+
+impl Default for AuthConf {
+    fn default() -> Self {
+        AuthConf {
+            subject: "none".into(),
+        }
+    }
+}
+
+/// Where the caller's identity comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// Everyone is the same caller: any client that knows a chat id may read and stop it.
+    None,
+    /// The value of a request header.
+    Header(String),
+    /// The value of a cookie.
+    Cookie(String),
+    /// The whole `Authorization` header.
+    Authorization,
+}
+
+/// `[limits]`: bounds on what one client or the whole sidecar may hold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request header block (all header lines), in bytes; larger gets 431.
+    pub max_header_bytes: usize,
+    /// Observers one run may have at once; more get 429.
+    pub max_observers_per_run: usize,
+    /// Recorded runs held at once (active and completed); over it, completed runs are evicted
+    /// first, then new turns pass through unrecorded.
+    pub max_runs: usize,
+    /// Bytes all recorded runs may hold; over it, as for `max_runs`.
+    pub max_recorded_bytes: usize,
+    /// Stop a run no client has watched for this long (`abandoned`); `0s` turns it off.
+    pub abandon_after: Dur,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 64 * 1024,
+            max_observers_per_run: 256,
+            max_runs: 10_000,
+            max_recorded_bytes: 1 << 30,
+            abandon_after: Dur(Duration::ZERO),
+        }
+    }
 }
 
 /// What an attach does for a chat with no known run.
@@ -205,6 +269,12 @@ pub struct RouteConf {
     /// Attach routes: what to do when the chat has no run.
     #[serde(default)]
     pub on_miss: OnMiss,
+    /// Stop routes: also forward the stop request to the backend.
+    #[serde(default)]
+    pub forward: bool,
+    /// Record routes: refuse (409) a turn while the chat's run is still active.
+    #[serde(default)]
+    pub single_flight: bool,
 }
 
 fn default_chat_id() -> String {
@@ -230,6 +300,10 @@ pub struct Route {
     pub commit: Commit,
     /// Attach only: what to do for a chat with no run.
     pub on_miss: OnMiss,
+    /// Stop only: also forward to the backend.
+    pub forward: bool,
+    /// Record only: one active turn per chat.
+    pub single_flight: bool,
 }
 
 /// The whole file, as read.
@@ -242,28 +316,34 @@ pub struct File {
     pub upstream: Upstream,
     /// `[recorder]`
     pub recorder: Recorder,
+    /// `[auth]`
+    pub auth: AuthConf,
+    /// `[limits]`
+    pub limits: Limits,
     /// `[[routes]]`; when absent, the defaults of [`default_routes`].
     pub routes: Option<Vec<RouteConf>>,
 }
 
-/// The routes of seed `000_*`: record `POST /chat`, attach `POST|GET /chat/live`.
+/// The default routes: record `POST /chat`, attach `POST|GET /chat/live` (seed `000_*`), stop
+/// `POST /chat/stop`, status `GET /chat/run`.
 pub fn default_routes() -> Vec<RouteConf> {
+    let route = |methods: &[&str], path: &str, kind| RouteConf {
+        methods: methods.iter().map(|m| m.to_string()).collect(),
+        path: path.into(),
+        kind,
+        chat_id: default_chat_id(),
+        commit: default_commit(),
+        on_miss: OnMiss::NoContent,
+        forward: false,
+        single_flight: false,
+    };
     vec![
+        route(&["POST"], "/chat", RouteKind::Record),
+        route(&["POST", "GET"], "/chat/live", RouteKind::Attach),
+        route(&["POST"], "/chat/stop", RouteKind::Stop),
         RouteConf {
-            methods: vec!["POST".into()],
-            path: "/chat".into(),
-            kind: RouteKind::Record,
-            chat_id: default_chat_id(),
-            commit: default_commit(),
-            on_miss: OnMiss::NoContent,
-        },
-        RouteConf {
-            methods: vec!["POST".into(), "GET".into()],
-            path: "/chat/live".into(),
-            kind: RouteKind::Attach,
-            chat_id: default_chat_id(),
-            commit: default_commit(),
-            on_miss: OnMiss::NoContent,
+            chat_id: "query:chat_id".into(),
+            ..route(&["GET"], "/chat/run", RouteKind::Status)
         },
     ]
 }
@@ -283,6 +363,10 @@ pub struct Config {
     pub upstream_opts: Upstream,
     /// The `[recorder]` table.
     pub recorder: Recorder,
+    /// Where the caller's identity comes from.
+    pub subject: Subject,
+    /// The `[limits]` table.
+    pub limits: Limits,
     /// Routes in match order.
     pub routes: Vec<Route>,
 }
@@ -325,6 +409,12 @@ pub struct Flags {
     /// On SIGTERM, how long live runs may finish before exit, e.g. 5m [default: 5m].
     #[arg(long, env = "TETHER_DRAIN_TIMEOUT")]
     pub drain_timeout: Option<String>,
+    /// Stop a run no client has watched for this long, e.g. 10m [default: off].
+    #[arg(long, env = "TETHER_ABANDON_AFTER")]
+    pub abandon_after: Option<String>,
+    /// Caller identity: none, header:<Name>, cookie:<name> or authorization [default: none].
+    #[arg(long, env = "TETHER_AUTH_SUBJECT")]
+    pub auth_subject: Option<String>,
     /// Log format: text or json [default: text]; the level comes from RUST_LOG (default info).
     #[arg(long, env = "TETHER_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -383,6 +473,12 @@ impl Config {
         }
         if let Some(v) = &flags.drain_timeout {
             file.server.drain_timeout = dur("server.drain_timeout (--drain-timeout)", v)?;
+        }
+        if let Some(v) = &flags.abandon_after {
+            file.limits.abandon_after = dur("limits.abandon_after (--abandon-after)", v)?;
+        }
+        if let Some(v) = &flags.auth_subject {
+            file.auth.subject = v.clone();
         }
         file.validate()
     }
@@ -450,6 +546,32 @@ impl File {
         if self.upstream.connect_timeout.0.is_zero() {
             return Err(err("upstream.connect_timeout", "must be more than 0s"));
         }
+        let l = &self.limits;
+        if l.max_header_bytes < 1024 {
+            return Err(err("limits.max_header_bytes", "must be at least 1024"));
+        }
+        if l.max_observers_per_run == 0 {
+            return Err(err("limits.max_observers_per_run", "must be at least 1"));
+        }
+        if l.max_runs == 0 {
+            return Err(err("limits.max_runs", "must be at least 1"));
+        }
+        let subject = match self.auth.subject.as_str() {
+            "none" => Subject::None,
+            "authorization" => Subject::Authorization,
+            s => match s.split_once(':') {
+                Some(("header", h)) if !h.is_empty() => Subject::Header(h.to_ascii_lowercase()),
+                Some(("cookie", c)) if !c.is_empty() => Subject::Cookie(c.to_string()),
+                _ => {
+                    return Err(err(
+                        "auth.subject",
+                        format!(
+                            "{s:?} must be none, header:<Name>, cookie:<name> or authorization"
+                        ),
+                    ))
+                }
+            },
+        };
         let confs = self.routes.clone().unwrap_or_else(default_routes);
         let mut routes = Vec::with_capacity(confs.len());
         for (i, rc) in confs.into_iter().enumerate() {
@@ -462,6 +584,8 @@ impl File {
             server: self.server,
             upstream_opts: self.upstream,
             recorder: self.recorder,
+            subject,
+            limits: self.limits,
             routes,
         })
     }
@@ -522,6 +646,8 @@ fn route(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         chat_id,
         commit,
         on_miss: rc.on_miss,
+        forward: rc.forward,
+        single_flight: rc.single_flight,
     })
 }
 
@@ -537,8 +663,9 @@ mod tests {
     fn defaults_carry_the_seed_routes() {
         let c = Config::load(&flags()).unwrap();
         assert_eq!(c.recorder.window, 4096);
-        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.routes.len(), 4);
         assert_eq!(c.routes[0].kind, RouteKind::Record);
+        assert_eq!(c.subject, Subject::None);
         assert_eq!(c.routes[1].methods, ["POST", "GET"]);
         assert!(c.upstream.is_none());
     }
@@ -547,7 +674,7 @@ mod tests {
     fn the_sample_file_parses_and_validates() {
         let text = include_str!("../conf/tether.toml");
         let c = parse_file(text).unwrap().validate().unwrap();
-        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.routes.len(), 5);
         assert_eq!(c.recorder.retention.0, Duration::from_secs(300));
     }
 
@@ -580,6 +707,35 @@ mod tests {
         let f = Flags::parse_from(["tether", "--retention", "forever"]);
         let e = Config::from_parts(File::default(), &f).unwrap_err();
         assert!(e.key.starts_with("recorder.retention"));
+    }
+
+    #[test]
+    fn auth_subject_forms() {
+        let c = parse_file("[auth]\nsubject = \"header:X-User\"\n")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.subject, Subject::Header("x-user".into()));
+        let c = parse_file("[auth]\nsubject = \"cookie:sid\"\n")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert_eq!(c.subject, Subject::Cookie("sid".into()));
+        let e = parse_file("[auth]\nsubject = \"ip\"\n")
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.key, "auth.subject");
+        let f = Flags::parse_from([
+            "tether",
+            "--auth-subject",
+            "authorization",
+            "--abandon-after",
+            "2m",
+        ]);
+        let c = Config::from_parts(File::default(), &f).unwrap();
+        assert_eq!(c.subject, Subject::Authorization);
+        assert_eq!(c.limits.abandon_after.0, Duration::from_secs(120));
     }
 
     #[test]

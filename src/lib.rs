@@ -14,8 +14,11 @@
 //! imports nothing from Pingora and no network types.
 
 pub mod admin;
+pub mod attach;
+pub mod auth;
 pub mod compact;
 pub mod config;
+pub mod control;
 pub mod demo;
 pub mod event;
 pub mod frames;
@@ -23,6 +26,7 @@ pub mod metrics;
 pub mod observer;
 pub mod producer;
 pub mod proxy;
+pub mod record;
 pub mod registry;
 pub mod request;
 pub mod run;

@@ -43,6 +43,9 @@ pub struct Metrics {
     pub snapshot_serialize: Histogram,
     /// `tether_unobserved_events_total`: events recorded while no client was attached.
     pub unobserved_events: IntCounter,
+    /// `tether_runs_unrecorded_total`: turns passed through unrecorded because the recorder was
+    /// at `max_runs` or `max_recorded_bytes`.
+    pub runs_unrecorded: IntCounter,
 }
 
 fn counter_vec(
@@ -193,6 +196,11 @@ impl Metrics {
                 "tether_unobserved_events_total",
                 "Events recorded while no client was attached to their run",
             ),
+            runs_unrecorded: counter(
+                &r,
+                "tether_runs_unrecorded_total",
+                "Turns passed through unrecorded because the recorder was full",
+            ),
             registry: r,
         }
     }
@@ -233,6 +241,7 @@ mod tests {
             "tether_events_dropped_total{reason=\"oversized\"} 0",
             "tether_snapshot_serialize_seconds_bucket",
             "tether_unobserved_events_total",
+            "tether_runs_unrecorded_total",
         ] {
             assert!(text.contains(name), "missing {name}");
         }

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use log::debug;
 
+use crate::auth::Owner;
 use crate::compact::Capture;
 use crate::frames;
 use crate::metrics::Metrics;
@@ -60,14 +61,16 @@ pub enum Decision {
     },
 }
 
-/// Decides an attach (DESIGN, attach table). A `run_id` without `after_seq` counts as cursor 0.
+/// Decides an attach (DESIGN, attach table) for the chat at `scope` as seen by `owner`. A
+/// `run_id` without `after_seq` counts as cursor 0.
 pub fn decide(
     registry: &Registry,
-    chat_id: &str,
+    scope: &str,
+    owner: &Owner,
     run_id: Option<&str>,
     after: Option<u64>,
 ) -> Decision {
-    let current = registry.current(chat_id);
+    let current = registry.current(scope, owner);
     let replacement = |reason| match &current {
         Some(c) => Decision::Serve {
             run: c.clone(),
@@ -78,7 +81,7 @@ pub fn decide(
     };
     if let Some(run_id) = run_id {
         let after = after.unwrap_or(0);
-        return match registry.find(chat_id, run_id) {
+        return match registry.find(scope, owner, run_id) {
             None => replacement("unknown_run"),
             Some(r) => match r.read_after(after, 0) {
                 Ok(_) => Decision::Serve {
@@ -105,12 +108,17 @@ pub fn decide(
 }
 
 /// Waits up to `wait` for the chat to get a run, then decides again.
-pub async fn wait_for_run(registry: &Registry, chat_id: &str, wait: Duration) -> Decision {
+pub async fn wait_for_run(
+    registry: &Registry,
+    scope: &str,
+    owner: &Owner,
+    wait: Duration,
+) -> Decision {
     let deadline = tokio::time::Instant::now() + wait;
     let mut rx = registry.subscribe();
     loop {
         rx.borrow_and_update();
-        match decide(registry, chat_id, None, None) {
+        match decide(registry, scope, owner, None, None) {
             Decision::Missing => {}
             d => return d,
         }

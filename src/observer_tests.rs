@@ -22,7 +22,7 @@ fn text(d: &str) -> crate::event::Event {
 }
 
 fn live(reg: &Arc<Registry>, chat: &str, id: &str, window: usize) -> Arc<Run> {
-    let p = reg.begin(chat);
+    let p = reg.begin(chat, Owner::NONE, id);
     let run = Arc::new(Run::new(id, window));
     reg.go_live(&p, run.clone());
     run
@@ -69,10 +69,13 @@ fn opts() -> Options {
 #[test]
 fn attach_table_without_cursor() {
     let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-    assert!(matches!(decide(&reg, "c", None, None), Decision::Missing));
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::Missing
+    ));
     let run = live(&reg, "c", "r1", 8);
     assert!(matches!(
-        decide(&reg, "c", None, None),
+        decide(&reg, "c", &Owner::NONE, None, None),
         Decision::Serve {
             start: Start::Snapshot,
             reset: None,
@@ -81,7 +84,7 @@ fn attach_table_without_cursor() {
     ));
     run.finish(false, Some("upstream_reset"));
     assert!(matches!(
-        decide(&reg, "c", None, None),
+        decide(&reg, "c", &Owner::NONE, None, None),
         Decision::Serve {
             start: Start::Snapshot,
             ..
@@ -89,14 +92,17 @@ fn attach_table_without_cursor() {
     ));
     let run2 = live(&reg, "c", "r2", 8);
     run2.finish(true, None);
-    assert!(matches!(decide(&reg, "c", None, None), Decision::NoContent));
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::NoContent
+    ));
 }
 
 #[test]
 fn attach_table_with_cursor() {
     let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
     assert!(matches!(
-        decide(&reg, "c", Some("nope"), Some(3)),
+        decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3)),
         Decision::NoContent
     ));
     let run = live(&reg, "c", "r1", 2);
@@ -112,19 +118,19 @@ fn attach_table_with_cursor() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        reset(decide(&reg, "c", Some("nope"), Some(3))),
+        reset(decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3))),
         Some("unknown_run")
     );
     assert_eq!(
-        reset(decide(&reg, "c", Some("r1"), Some(9))),
+        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(9))),
         Some("future_cursor")
     );
     assert_eq!(
-        reset(decide(&reg, "c", Some("r1"), Some(1))),
+        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(1))),
         Some("expired_cursor")
     );
     assert!(matches!(
-        decide(&reg, "c", Some("r1"), Some(3)),
+        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(3)),
         Decision::Serve {
             start: Start::After(3),
             reset: None,
@@ -134,7 +140,7 @@ fn attach_table_with_cursor() {
     run.finish(true, None);
     // At the head of a completed run: served from the cursor, which yields just STREAM_END.
     assert!(matches!(
-        decide(&reg, "c", Some("r1"), Some(4)),
+        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(4)),
         Decision::Serve {
             start: Start::After(4),
             ..
@@ -146,14 +152,17 @@ fn attach_table_with_cursor() {
 async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
     let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
     let r2 = reg.clone();
-    let waiter = tokio::spawn(async move { wait_for_run(&r2, "c", Duration::from_secs(30)).await });
+    let waiter =
+        tokio::spawn(
+            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
+        );
     tokio::task::yield_now().await;
     live(&reg, "c", "r1", 8);
     match waiter.await.unwrap() {
         Decision::Serve { run, .. } => assert_eq!(run.id(), "r1"),
         other => panic!("{other:?}"),
     }
-    let d = wait_for_run(&reg, "none", Duration::from_millis(1)).await;
+    let d = wait_for_run(&reg, "none", &Owner::NONE, Duration::from_millis(1)).await;
     assert!(matches!(d, Decision::NoContent));
 }
 

@@ -300,7 +300,7 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
     let Some(pending) = job.pending.take() else {
         return;
     };
-    let chat_id = pending.chat_id().to_string();
+    let chat_id = pending.scope().to_string();
     let guard = run.observe();
     job.registry.go_live(&pending, run.clone());
     drop(pending);
@@ -474,6 +474,7 @@ impl Recording {
             rec.events += batch.len() as u64;
             m.upstream_events.inc_by(batch.len() as u64);
             let appended = run.append(&batch);
+            job.registry.add_bytes(appended.bytes);
             if appended.events < batch.len() {
                 m.events_dropped
                     .with_label_values(&["after_end"])

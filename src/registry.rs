@@ -1,41 +1,61 @@
-//! The registry: chats → runs, lookups, pending registrations, supersession, retention and
-//! eviction.
+//! The registry: chats → runs, lookups, pending registrations, supersession, single flight,
+//! retention and eviction, and the totals the limits are checked against.
 //!
-//! A chat's *current* run is its latest run that went live; runs it superseded stay reachable by
-//! cursor while their producer runs and for the retention period after. Active runs (producer
-//! still reading) and chats with a pending registration are never evicted. Cleanup is lazy (on
-//! registrations and lookups, at most once a second) plus a periodic [`Registry::sweep`].
+//! Chats are keyed by *scope* (the chat id, prefixed by the owner's hash when auth is on; see
+//! `auth`), and each entry also keeps its owner, compared in constant time on every lookup. A
+//! chat's *current* run is its latest run that went live; runs it superseded stay reachable by
+//! cursor while their producer runs and for the retention period after. Active runs and chats with
+//! a pending registration are never evicted. Cleanup is lazy (on registrations and lookups, at
+//! most once a second) plus a periodic [`Registry::sweep`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::auth::Owner;
 use crate::metrics::Metrics;
 use crate::run::Run;
 
 /// Superseded runs kept per chat for cursor reads (the oldest goes first).
 const MAX_OLDER: usize = 4;
+/// `cancel_request_id`s remembered per chat for idempotent stops.
+const MAX_CANCELS: usize = 16;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Chat {
+    owner: Owner,
     current: Option<Arc<Run>>,
     older: Vec<Arc<Run>>,
-    /// Record requests forwarded whose upstream has not answered yet.
-    pending: usize,
+    /// Run ids of record requests forwarded whose upstream has not answered yet.
+    pending: Vec<String>,
     /// An `on_miss = record` attach is fetching the backend's live stream.
     attach_recording: bool,
+    /// `cancel_request_id` → the run it stopped.
+    cancels: VecDeque<(String, String)>,
 }
 
 impl Chat {
+    fn new(owner: Owner) -> Self {
+        Chat {
+            owner,
+            current: None,
+            older: Vec::new(),
+            pending: Vec::new(),
+            attach_recording: false,
+            cancels: VecDeque::new(),
+        }
+    }
+
+    fn runs(&self) -> impl Iterator<Item = &Arc<Run>> {
+        self.current.iter().chain(self.older.iter())
+    }
+
     fn is_busy(&self) -> bool {
-        self.pending > 0
-            || self.attach_recording
-            || self.current.as_ref().is_some_and(|r| r.is_producing())
-            || self.older.iter().any(|r| r.is_producing())
+        !self.pending.is_empty() || self.attach_recording || self.runs().any(|r| r.is_producing())
     }
 
     /// When the chat's latest run completed (for eviction order).
@@ -49,7 +69,7 @@ impl Chat {
 pub struct Swept {
     /// Runs dropped because their retention passed.
     pub expired: usize,
-    /// Chats dropped because more than `max_chats` had completed runs.
+    /// Runs dropped to stay within `max_chats`, `max_runs` or `max_recorded_bytes`.
     pub capacity: usize,
 }
 
@@ -62,7 +82,8 @@ pub struct Registry {
     max_chats: usize,
     epoch: Instant,
     last_sweep_ms: AtomicU64,
-    swept: Mutex<Swept>,
+    runs: AtomicUsize,
+    bytes: AtomicI64,
     metrics: Metrics,
 }
 
@@ -70,27 +91,27 @@ pub struct Registry {
 #[derive(Debug)]
 pub struct Pending {
     registry: Arc<Registry>,
-    chat_id: String,
+    scope: String,
+    run_id: String,
     attach: bool,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        if let Some(mut chat) = self.registry.chats.get_mut(&self.chat_id) {
+        if let Some(mut chat) = self.registry.chats.get_mut(&self.scope) {
             if self.attach {
                 chat.attach_recording = false;
-            } else {
-                chat.pending = chat.pending.saturating_sub(1);
             }
+            chat.pending.retain(|id| id != &self.run_id);
         }
-        self.registry.live.send_modify(|v| *v += 1);
+        self.registry.notify();
     }
 }
 
 impl Pending {
-    /// The chat this registration is for.
-    pub fn chat_id(&self) -> &str {
-        &self.chat_id
+    /// The scope (registry key) of the chat.
+    pub fn scope(&self) -> &str {
+        &self.scope
     }
 }
 
@@ -105,43 +126,92 @@ impl Registry {
             max_chats,
             epoch: Instant::now(),
             last_sweep_ms: AtomicU64::new(0),
-            swept: Mutex::new(Swept::default()),
+            runs: AtomicUsize::new(0),
+            bytes: AtomicI64::new(0),
             metrics,
         })
     }
 
-    /// Registers a record request for `chat_id` before it is forwarded.
-    pub fn begin(self: &Arc<Self>, chat_id: &str) -> Pending {
-        self.maybe_sweep();
-        self.chats.entry(chat_id.to_string()).or_default().pending += 1;
+    fn pending(self: &Arc<Self>, scope: &str, run_id: &str, attach: bool) -> Pending {
         Pending {
             registry: self.clone(),
-            chat_id: chat_id.to_string(),
-            attach: false,
+            scope: scope.to_string(),
+            run_id: run_id.to_string(),
+            attach,
         }
+    }
+
+    /// Registers a record request for run `run_id` of the chat before it is forwarded. A chat
+    /// owned by someone else is never touched: the scope already separates owners.
+    pub fn begin(self: &Arc<Self>, scope: &str, owner: Owner, run_id: &str) -> Pending {
+        self.maybe_sweep();
+        let mut chat = self
+            .chats
+            .entry(scope.to_string())
+            .or_insert_with(|| Chat::new(owner));
+        chat.pending.push(run_id.to_string());
+        drop(chat);
+        self.pending(scope, run_id, false)
+    }
+
+    /// Like [`Self::begin`], but refused while the chat has an active or pending run: the error
+    /// carries that run's id.
+    pub fn begin_single(
+        self: &Arc<Self>,
+        scope: &str,
+        owner: Owner,
+        run_id: &str,
+    ) -> Result<Pending, String> {
+        self.maybe_sweep();
+        let mut chat = self
+            .chats
+            .entry(scope.to_string())
+            .or_insert_with(|| Chat::new(owner));
+        if let Some(id) = chat.pending.first() {
+            return Err(id.clone());
+        }
+        if let Some(r) = chat
+            .current
+            .as_ref()
+            .filter(|r| r.is_producing() && r.end().is_none())
+        {
+            return Err(r.id().to_string());
+        }
+        chat.pending.push(run_id.to_string());
+        drop(chat);
+        Ok(self.pending(scope, run_id, false))
     }
 
     /// Single flight for `on_miss = record`: the first attach of a chat with no run gets the
     /// registration; the others get `None` and wait for the run to go live.
-    pub fn begin_attach_record(self: &Arc<Self>, chat_id: &str) -> Option<Pending> {
+    pub fn begin_attach_record(
+        self: &Arc<Self>,
+        scope: &str,
+        owner: Owner,
+        run_id: &str,
+    ) -> Option<Pending> {
         self.maybe_sweep();
-        let mut chat = self.chats.entry(chat_id.to_string()).or_default();
+        let mut chat = self
+            .chats
+            .entry(scope.to_string())
+            .or_insert_with(|| Chat::new(owner));
         if chat.attach_recording || chat.current.is_some() {
             return None;
         }
         chat.attach_recording = true;
-        Some(Pending {
-            registry: self.clone(),
-            chat_id: chat_id.to_string(),
-            attach: true,
-        })
+        chat.pending.push(run_id.to_string());
+        drop(chat);
+        Some(self.pending(scope, run_id, true))
     }
 
     /// Makes `run` the chat's current run. A still-active previous run is superseded (its
     /// observers are ended; its producer keeps going). Returns the superseded run.
     pub fn go_live(&self, pending: &Pending, run: Arc<Run>) -> Option<Arc<Run>> {
         let superseded = {
-            let mut chat = self.chats.entry(pending.chat_id.clone()).or_default();
+            let mut chat = self
+                .chats
+                .entry(pending.scope.clone())
+                .or_insert_with(|| Chat::new(Owner::default()));
             let previous = chat.current.replace(run.clone());
             let mut superseded = None;
             if let Some(prev) = previous {
@@ -152,37 +222,61 @@ impl Registry {
                 if chat.older.len() > MAX_OLDER {
                     // Never drop an active producer's run; drop the oldest completed one.
                     if let Some(i) = chat.older.iter().position(|r| !r.is_producing()) {
-                        chat.older.remove(i);
+                        let gone = chat.older.remove(i);
+                        self.forget(&gone);
                     }
                 }
             }
             superseded
         };
-        self.live.send_modify(|v| *v += 1);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.notify();
         superseded
     }
 
-    /// The chat's current run.
-    pub fn current(&self, chat_id: &str) -> Option<Arc<Run>> {
+    fn chat(
+        &self,
+        scope: &str,
+        owner: &Owner,
+    ) -> Option<dashmap::mapref::one::Ref<'_, String, Chat>> {
+        self.chats.get(scope).filter(|c| c.owner.is(owner))
+    }
+
+    /// The chat's current run, if `owner` owns the chat.
+    pub fn current(&self, scope: &str, owner: &Owner) -> Option<Arc<Run>> {
         self.maybe_sweep();
-        self.chats.get(chat_id).and_then(|c| c.current.clone())
+        self.chat(scope, owner).and_then(|c| c.current.clone())
     }
 
-    /// A run of the chat by id: the current one or one it superseded.
-    pub fn find(&self, chat_id: &str, run_id: &str) -> Option<Arc<Run>> {
-        let chat = self.chats.get(chat_id)?;
-        chat.current
+    /// A run of the chat by id (the current one or one it superseded), if `owner` owns the chat.
+    pub fn find(&self, scope: &str, owner: &Owner, run_id: &str) -> Option<Arc<Run>> {
+        let chat = self.chat(scope, owner)?;
+        let found = chat.runs().find(|r| r.id() == run_id).cloned();
+        found
+    }
+
+    /// Remembers that `cancel_id` stopped `run_id`, for idempotent retries.
+    pub fn remember_cancel(&self, scope: &str, cancel_id: &str, run_id: &str) {
+        if let Some(mut chat) = self.chats.get_mut(scope) {
+            if chat.cancels.iter().all(|(c, _)| c != cancel_id) {
+                chat.cancels
+                    .push_back((cancel_id.to_string(), run_id.to_string()));
+                if chat.cancels.len() > MAX_CANCELS {
+                    chat.cancels.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The run an earlier stop with `cancel_id` named.
+    pub fn cancelled_run(&self, scope: &str, owner: &Owner, cancel_id: &str) -> Option<String> {
+        let chat = self.chat(scope, owner)?;
+        let found = chat
+            .cancels
             .iter()
-            .chain(chat.older.iter())
-            .find(|r| r.id() == run_id)
-            .cloned()
-    }
-
-    /// Whether a record request for the chat is waiting for its upstream.
-    pub fn is_pending(&self, chat_id: &str) -> bool {
-        self.chats
-            .get(chat_id)
-            .is_some_and(|c| c.pending > 0 || c.attach_recording)
+            .find(|(c, _)| c == cancel_id)
+            .map(|(_, r)| r.clone());
+        found
     }
 
     /// Wakes every subscriber (a producer calls this when its run ended).
@@ -195,29 +289,26 @@ impl Registry {
         self.live.subscribe()
     }
 
+    /// Accounts `delta` bytes recorded (or released by a sliding window).
+    pub fn add_bytes(&self, delta: isize) {
+        self.bytes.fetch_add(delta as i64, Ordering::Relaxed);
+    }
+
     /// Bytes held by the windows and histories of every run in the registry.
     pub fn recorded_bytes(&self) -> usize {
-        self.chats
-            .iter()
-            .map(|c| {
-                c.current
-                    .iter()
-                    .chain(c.older.iter())
-                    .map(|r| r.bytes())
-                    .sum::<usize>()
-            })
-            .sum()
+        self.bytes.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// Runs held (active and completed).
+    pub fn run_count(&self) -> usize {
+        self.runs.load(Ordering::Relaxed)
     }
 
     /// Every run still reading its upstream.
     pub fn producing(&self) -> Vec<Arc<Run>> {
         let mut out = Vec::new();
         for chat in self.chats.iter() {
-            for r in chat.current.iter().chain(chat.older.iter()) {
-                if r.is_producing() {
-                    out.push(r.clone());
-                }
-            }
+            out.extend(chat.runs().filter(|r| r.is_producing()).cloned());
         }
         out
     }
@@ -227,9 +318,9 @@ impl Registry {
         self.chats.len()
     }
 
-    /// Totals of everything swept so far.
-    pub fn swept(&self) -> Swept {
-        *self.swept.lock()
+    fn forget(&self, run: &Run) {
+        self.runs.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(run.bytes() as i64, Ordering::Relaxed);
     }
 
     fn maybe_sweep(&self) {
@@ -255,34 +346,72 @@ impl Registry {
                     .is_some_and(|t| now.saturating_duration_since(t) >= self.retention)
         };
         self.chats.retain(|_, chat| {
-            let before = chat.older.len();
-            chat.older.retain(|r| !expired(r));
-            swept.expired += before - chat.older.len();
+            let mut gone = Vec::new();
+            chat.older.retain(|r| {
+                let keep = !expired(r);
+                if !keep {
+                    gone.push(r.clone());
+                }
+                keep
+            });
             if chat.current.as_ref().is_some_and(expired) {
-                chat.current = None;
-                swept.expired += 1;
+                gone.extend(chat.current.take());
             }
+            swept.expired += gone.len();
+            gone.iter().for_each(|r| self.forget(r));
             chat.current.is_some() || !chat.older.is_empty() || chat.is_busy()
         });
+        let excess = self.idle_chats().len().saturating_sub(self.max_chats);
+        swept.capacity += self.evict_idle(excess, usize::MAX, usize::MAX);
+        self.count(swept);
+        swept
+    }
+
+    /// Chats whose runs have all completed, oldest completion first.
+    fn idle_chats(&self) -> Vec<(Instant, String)> {
         let mut idle: Vec<(Instant, String)> = self
             .chats
             .iter()
             .filter(|c| !c.is_busy())
             .filter_map(|c| c.completed_at().map(|t| (t, c.key().clone())))
             .collect();
-        if idle.len() > self.max_chats {
-            idle.sort();
-            let excess = idle.len() - self.max_chats;
-            for (_, chat_id) in idle.into_iter().take(excess) {
-                if self
-                    .chats
-                    .remove_if(&chat_id, |_, c| !c.is_busy())
-                    .is_some()
-                {
-                    swept.capacity += 1;
-                }
+        idle.sort();
+        idle
+    }
+
+    /// Evicts idle chats, oldest completion first: at least `count`, and then more while the
+    /// run count or recorded bytes are at or over the given limits. Returns runs evicted.
+    fn evict_idle(&self, count: usize, max_runs: usize, max_bytes: usize) -> usize {
+        let mut evicted = 0;
+        for (i, (_, scope)) in self.idle_chats().into_iter().enumerate() {
+            let over = self.run_count() >= max_runs || self.recorded_bytes() >= max_bytes;
+            if i >= count && !over {
+                break;
+            }
+            if let Some((_, chat)) = self.chats.remove_if(&scope, |_, c| !c.is_busy()) {
+                chat.runs().for_each(|r| self.forget(r));
+                evicted += chat.runs().count();
             }
         }
+        evicted
+    }
+
+    /// Makes room for one more run under `max_runs` and `max_bytes`, evicting completed runs
+    /// first. Returns false when it is still over (the caller then does not record).
+    pub fn make_room(&self, max_runs: usize, max_bytes: usize) -> bool {
+        let fits = |r: &Registry| r.run_count() < max_runs && r.recorded_bytes() < max_bytes;
+        if fits(self) {
+            return true;
+        }
+        let evicted = self.evict_idle(0, max_runs, max_bytes);
+        self.count(Swept {
+            expired: 0,
+            capacity: evicted,
+        });
+        fits(self)
+    }
+
+    fn count(&self, swept: Swept) {
         let evicted = &self.metrics.runs_evicted;
         evicted
             .with_label_values(&["expired"])
@@ -290,10 +419,6 @@ impl Registry {
         evicted
             .with_label_values(&["capacity"])
             .inc_by(swept.capacity as u64);
-        let mut total = self.swept.lock();
-        total.expired += swept.expired;
-        total.capacity += swept.capacity;
-        swept
     }
 }
 
@@ -303,86 +428,5 @@ pub fn mint_run_id() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn live(reg: &Arc<Registry>, chat: &str, id: &str) -> Arc<Run> {
-        let p = reg.begin(chat);
-        let run = Arc::new(Run::new(id, 16));
-        reg.go_live(&p, run.clone());
-        run
-    }
-
-    #[test]
-    fn a_new_run_supersedes_the_active_one_but_not_a_completed_one() {
-        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-        let a = live(&reg, "c", "a");
-        let b = live(&reg, "c", "b");
-        let end = a.end().unwrap();
-        assert!(end.superseded);
-        assert_eq!(end.next_run_id.as_deref(), Some("b"));
-        assert!(Arc::ptr_eq(&reg.current("c").unwrap(), &b));
-        assert!(Arc::ptr_eq(&reg.find("c", "a").unwrap(), &a));
-        b.finish(true, None);
-        let _c = live(&reg, "c", "c2");
-        assert!(!b.end().unwrap().superseded);
-        assert!(reg.find("other", "a").is_none());
-    }
-
-    #[test]
-    fn pending_registration_wakes_waiters_when_it_ends() {
-        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-        let rx = reg.subscribe();
-        let p = reg.begin("c");
-        assert!(reg.is_pending("c"));
-        drop(p);
-        assert!(!reg.is_pending("c"));
-        assert!(rx.has_changed().unwrap());
-    }
-
-    #[test]
-    fn attach_record_is_single_flight() {
-        let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-        let first = reg.begin_attach_record("c");
-        assert!(first.is_some());
-        assert!(reg.begin_attach_record("c").is_none());
-        drop(first);
-        assert!(reg.begin_attach_record("c").is_some());
-    }
-
-    #[test]
-    fn completed_runs_expire_after_retention_and_active_ones_never() {
-        let reg = Registry::new(Duration::from_millis(0), 8, Metrics::new());
-        let done = live(&reg, "done", "a");
-        done.finish(true, None);
-        let _active = live(&reg, "active", "b");
-        let s = reg.sweep(Instant::now() + Duration::from_secs(1));
-        assert_eq!(s.expired, 1);
-        assert!(reg.current("done").is_none());
-        assert!(reg.current("active").is_some());
-        assert_eq!(reg.chats(), 1);
-    }
-
-    #[test]
-    fn beyond_max_chats_the_oldest_completion_goes_first() {
-        let reg = Registry::new(Duration::from_secs(3600), 2, Metrics::new());
-        for c in ["c1", "c2", "c3"] {
-            // Completion instants are increasing; ties fall back to chat id order.
-            live(&reg, c, c).finish(true, None);
-        }
-        let _active = live(&reg, "c4", "c4");
-        let s = reg.sweep(Instant::now());
-        assert_eq!(s.capacity, 1);
-        assert!(reg.current("c1").is_none());
-        assert!(reg.current("c2").is_some() && reg.current("c3").is_some());
-        assert!(reg.current("c4").is_some());
-    }
-
-    #[test]
-    fn run_ids_are_fresh_hex() {
-        let a = mint_run_id();
-        assert_eq!(a.len(), 32);
-        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
-        assert_ne!(a, mint_run_id());
-    }
-}
+#[path = "registry_tests.rs"]
+mod tests;

@@ -91,6 +91,8 @@ pub struct Run {
     cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
     observers: AtomicUsize,
     peak_observers: AtomicUsize,
+    /// Milliseconds after `started` when the last observer left (0: never observed yet).
+    unobserved_since_ms: std::sync::atomic::AtomicU64,
     started: Instant,
     stop: tokio::sync::Notify,
     stop_reason: Mutex<Option<&'static str>>,
@@ -117,6 +119,7 @@ impl Run {
             cache: tokio::sync::Mutex::new(None),
             observers: AtomicUsize::new(0),
             peak_observers: AtomicUsize::new(0),
+            unobserved_since_ms: std::sync::atomic::AtomicU64::new(0),
             started: Instant::now(),
             stop: tokio::sync::Notify::new(),
             stop_reason: Mutex::new(None),
@@ -190,6 +193,16 @@ impl Run {
     /// The most observers attached at once.
     pub fn peak_observers(&self) -> usize {
         self.peak_observers.load(Ordering::Relaxed)
+    }
+
+    /// How long the run has had no observer, or `None` while one is attached.
+    pub fn unobserved_for(&self) -> Option<std::time::Duration> {
+        if self.observers() > 0 {
+            return None;
+        }
+        let since = self.unobserved_since_ms.load(Ordering::Relaxed);
+        let since = self.started + std::time::Duration::from_millis(since);
+        Some(since.elapsed())
     }
 
     /// Number of observers attached now.
@@ -346,7 +359,11 @@ pub struct ObserverGuard(std::sync::Arc<Run>);
 
 impl Drop for ObserverGuard {
     fn drop(&mut self) {
-        self.0.observers.fetch_sub(1, Ordering::Relaxed);
+        let run = &self.0;
+        if run.observers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            let ms = run.started.elapsed().as_millis() as u64;
+            run.unobserved_since_ms.store(ms, Ordering::Relaxed);
+        }
     }
 }
 

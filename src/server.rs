@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::admin::Admin;
+use crate::auth::Auth;
 use crate::config::Config;
 use crate::demo::{Demo, DemoOptions};
 use crate::metrics::Metrics;
@@ -79,6 +80,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     );
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())),
+        auth: Auth::new(cfg.subject.clone()),
         registry: registry.clone(),
         metrics: metrics.clone(),
         draining: Default::default(),
@@ -108,14 +110,23 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         accept_loop(listener, admin, admin_rx).await
     }));
 
-    let sweep_every = (shared.cfg.recorder.retention.0 / 4)
+    let abandon = shared.cfg.limits.abandon_after.0;
+    let mut sweep_every = (shared.cfg.recorder.retention.0 / 4)
         .clamp(Duration::from_millis(100), Duration::from_secs(5));
+    if !abandon.is_zero() {
+        sweep_every = sweep_every.min((abandon / 4).max(Duration::from_millis(10)));
+    }
     let mut sweep_stop = accept_rx.clone();
     tasks.push(tokio::spawn(async move {
         let mut tick = tokio::time::interval(sweep_every);
         loop {
             tokio::select! {
-                _ = tick.tick() => { registry.sweep(std::time::Instant::now()); }
+                _ = tick.tick() => {
+                    registry.sweep(std::time::Instant::now());
+                    if !abandon.is_zero() {
+                        stop_abandoned(&registry, abandon);
+                    }
+                }
                 _ = sweep_stop.changed() => return,
             }
         }
@@ -131,6 +142,19 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         stop,
         tasks,
     })
+}
+
+/// Stops every producing run that no client has watched for `after`.
+fn stop_abandoned(registry: &Registry, after: Duration) {
+    for run in registry.producing() {
+        if run.end().is_none() && run.unobserved_for().is_some_and(|d| d >= after) {
+            info!(
+                "run {}: no observer for {after:?}; stopping it as abandoned",
+                run.id()
+            );
+            run.request_stop("abandoned");
+        }
+    }
 }
 
 /// Accepts connections and hands each to `app` until `stop` turns true.

@@ -111,6 +111,11 @@ impl Decoder {
         self.last_id.as_ref()
     }
 
+    /// Bytes held for the event being decoded (the carried-over line and the data buffer).
+    pub fn buffered(&self) -> usize {
+        self.line.len() + self.data.len()
+    }
+
     /// How many oversized events have been dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped

@@ -309,3 +309,30 @@ proptest! {
         prop_assert_eq!(out, whole);
     }
 }
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic_and_buffering_stays_under_the_cap(
+        bytes in proptest::collection::vec(any::<u8>(), 0..4096),
+        cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..16),
+        cap in 16usize..512,
+    ) {
+        let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        points.sort_unstable();
+        points.push(bytes.len());
+        let mut d = Decoder::new(cap);
+        let mut out = Vec::new();
+        let mut at = 0;
+        for p in points {
+            d.feed(&Bytes::copy_from_slice(&bytes[at..p]), &mut out);
+            at = p;
+            prop_assert!(d.buffered() <= cap, "{} buffered over a cap of {cap}", d.buffered());
+        }
+        for item in &out {
+            if let Decoded::Event(e) = item {
+                prop_assert!(e.data.len() <= cap);
+            }
+        }
+        d.finish();
+    }
+}

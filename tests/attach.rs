@@ -333,7 +333,7 @@ async fn idle_streams_get_heartbeats_and_an_idle_disconnect_is_noticed() {
     let (_run, mut origin) = start_run(&tether, "c", 2).await;
     assert!(origin.read_until(b": keepalive\n\n").await);
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c").unwrap();
+    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
     let mut watcher = post(tether.addr, "/chat/live", &chat("c")).await;
     watcher.frame().await.unwrap();
     assert_eq!(run.observers(), 2);
@@ -422,7 +422,7 @@ async fn a_stalled_client_is_closed_after_the_write_timeout_and_the_run_goes_on(
     be.wait_answers(1).await;
     assert!(be.served.lock()[0].completed);
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c").unwrap();
+    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
     within("stalled observer closed", async {
         while run.observers() != 0 || run.is_producing() {
             tokio::time::sleep(Duration::from_millis(10)).await;

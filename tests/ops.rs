@@ -54,7 +54,7 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     // The client leaves: what arrives next is recorded unobserved.
     r.kill();
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c").unwrap();
+    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
     within("observer gone", async {
         while run.observers() > 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -126,7 +126,7 @@ async fn completed_runs_are_evicted_after_retention_and_counted() {
         .await;
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
     within("evicted", async {
-        while registry.current("a").is_some() {
+        while registry.current("a", &tether::auth::Owner::NONE).is_some() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })

@@ -1,0 +1,121 @@
+//! Ownership: who the caller is (`[auth] subject`), and the scope a chat id lives in for them.
+//!
+//! The subject (a header, a cookie or the `Authorization` header) is never stored: tether keeps a
+//! keyed BLAKE3 hash of it under a key drawn at start. Chats are scoped by that hash, so one
+//! caller's chat ids never name another caller's runs; each run also carries its owner's hash and
+//! lookups compare it in constant time. With `subject = "none"` every caller is the same owner:
+//! anyone who knows a chat id may read, stop and query its runs.
+
+use http::HeaderMap;
+
+use crate::config::Subject;
+use crate::request::ApiError;
+
+/// A caller's identity: the keyed hash of its subject, or none when auth is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Owner(Option<blake3::Hash>);
+
+impl Owner {
+    /// The single owner of every chat when auth is off.
+    pub const NONE: Owner = Owner(None);
+
+    /// Whether `other` is the same owner; constant time in the hash.
+    pub fn is(&self, other: &Owner) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            // blake3::Hash equality is constant-time.
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+/// Derives owners and scopes from requests.
+pub struct Auth {
+    subject: Subject,
+    key: [u8; 32],
+}
+
+impl Auth {
+    /// An authenticator for `subject` with a fresh random key.
+    pub fn new(subject: Subject) -> Self {
+        Auth {
+            subject,
+            key: rand::random(),
+        }
+    }
+
+    /// The caller of a request with these headers. With a subject configured, a request that
+    /// lacks it gets 401 `unauthenticated`.
+    pub fn owner(&self, headers: &HeaderMap) -> Result<Owner, ApiError> {
+        let value: Option<Vec<u8>> = match &self.subject {
+            Subject::None => return Ok(Owner(None)),
+            Subject::Header(h) => headers.get(h.as_str()).map(|v| v.as_bytes().to_vec()),
+            Subject::Authorization => headers.get("authorization").map(|v| v.as_bytes().to_vec()),
+            Subject::Cookie(name) => headers
+                .get_all("cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(';'))
+                .filter_map(|kv| kv.trim().split_once('='))
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_bytes().to_vec()),
+        };
+        match value.filter(|v| !v.is_empty()) {
+            Some(v) => Ok(Owner(Some(blake3::keyed_hash(&self.key, &v)))),
+            None => Err(ApiError {
+                status: 401,
+                code: "unauthenticated",
+                message: "this request carries no caller identity".into(),
+            }),
+        }
+    }
+
+    /// The registry key of `chat_id` for `owner`.
+    pub fn scope(owner: &Owner, chat_id: &str) -> String {
+        match &owner.0 {
+            None => chat_id.to_string(),
+            Some(h) => format!("{}/{chat_id}", h.to_hex()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn subjects_hash_per_caller_and_scope_chats_apart() {
+        let auth = Auth::new(Subject::Header("x-user".into()));
+        let a = auth.owner(&headers(&[("x-user", "alice")])).unwrap();
+        let b = auth.owner(&headers(&[("x-user", "bob")])).unwrap();
+        assert!(a.is(&auth.owner(&headers(&[("x-user", "alice")])).unwrap()));
+        assert!(!a.is(&b));
+        assert_ne!(Auth::scope(&a, "c"), Auth::scope(&b, "c"));
+        assert!(!Auth::scope(&a, "c").contains("alice"));
+        assert_eq!(auth.owner(&headers(&[])).unwrap_err().status, 401);
+    }
+
+    #[test]
+    fn cookie_and_authorization_subjects() {
+        let auth = Auth::new(Subject::Cookie("sid".into()));
+        let a = auth.owner(&headers(&[("cookie", "x=1; sid=abc")])).unwrap();
+        let b = auth.owner(&headers(&[("cookie", "sid=abc")])).unwrap();
+        assert!(a.is(&b));
+        assert!(auth.owner(&headers(&[("cookie", "x=1")])).is_err());
+        let auth = Auth::new(Subject::Authorization);
+        assert!(auth
+            .owner(&headers(&[("authorization", "Bearer t")]))
+            .is_ok());
+        let none = Auth::new(Subject::None).owner(&headers(&[])).unwrap();
+        assert_eq!(Auth::scope(&none, "c"), "c");
+    }
+}

@@ -1,0 +1,164 @@
+//! Tests of the registry.
+
+use super::*;
+
+fn reg(retention: Duration, max_chats: usize) -> Arc<Registry> {
+    Registry::new(retention, max_chats, Metrics::new())
+}
+
+const ANY: Owner = Owner::NONE;
+
+fn live(reg: &Arc<Registry>, chat: &str, id: &str) -> Arc<Run> {
+    let p = reg.begin(chat, ANY, id);
+    let run = Arc::new(Run::new(id, 16));
+    reg.go_live(&p, run.clone());
+    run
+}
+
+#[test]
+fn a_new_run_supersedes_the_active_one_but_not_a_completed_one() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let a = live(&reg, "c", "a");
+    let b = live(&reg, "c", "b");
+    let end = a.end().unwrap();
+    assert!(end.superseded);
+    assert_eq!(end.next_run_id.as_deref(), Some("b"));
+    assert!(Arc::ptr_eq(&reg.current("c", &ANY).unwrap(), &b));
+    assert!(Arc::ptr_eq(&reg.find("c", &ANY, "a").unwrap(), &a));
+    b.finish(true, None);
+    let _c = live(&reg, "c", "c2");
+    assert!(!b.end().unwrap().superseded);
+    assert!(reg.find("other", &ANY, "a").is_none());
+    assert_eq!(reg.run_count(), 3);
+}
+
+#[test]
+fn another_owner_sees_nothing() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let auth = crate::auth::Auth::new(crate::config::Subject::Header("x-u".into()));
+    let mut h = http::HeaderMap::new();
+    h.insert("x-u", "alice".parse().unwrap());
+    let alice = auth.owner(&h).unwrap();
+    h.insert("x-u", "bob".parse().unwrap());
+    let bob = auth.owner(&h).unwrap();
+    let p = reg.begin("scope", alice, "r");
+    reg.go_live(&p, Arc::new(Run::new("r", 4)));
+    assert!(reg.current("scope", &alice).is_some());
+    assert!(reg.current("scope", &bob).is_none());
+    assert!(reg.find("scope", &bob, "r").is_none());
+}
+
+#[test]
+fn pending_registration_wakes_waiters_when_it_ends() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let rx = reg.subscribe();
+    let p = reg.begin("c", ANY, "r");
+    drop(p);
+    assert!(rx.has_changed().unwrap());
+    assert_eq!(reg.chats(), 1);
+    reg.sweep(Instant::now());
+    assert_eq!(reg.chats(), 0, "an empty chat entry is swept");
+}
+
+#[test]
+fn single_flight_refuses_while_a_run_is_pending_or_active() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let p = reg.begin_single("c", ANY, "r1").unwrap();
+    assert_eq!(reg.begin_single("c", ANY, "r2").unwrap_err(), "r1");
+    let run = Arc::new(Run::new("r1", 4));
+    reg.go_live(&p, run.clone());
+    drop(p);
+    assert_eq!(reg.begin_single("c", ANY, "r3").unwrap_err(), "r1");
+    run.finish(true, None);
+    assert!(reg.begin_single("c", ANY, "r4").is_ok());
+}
+
+#[test]
+fn attach_record_is_single_flight() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let first = reg.begin_attach_record("c", ANY, "r1");
+    assert!(first.is_some());
+    assert!(reg.begin_attach_record("c", ANY, "r2").is_none());
+    drop(first);
+    assert!(reg.begin_attach_record("c", ANY, "r3").is_some());
+}
+
+#[test]
+fn cancel_ids_are_remembered_per_chat() {
+    let reg = reg(Duration::from_secs(60), 8);
+    live(&reg, "c", "r1");
+    reg.remember_cancel("c", "k1", "r1");
+    assert_eq!(reg.cancelled_run("c", &ANY, "k1").as_deref(), Some("r1"));
+    assert!(reg.cancelled_run("c", &ANY, "k2").is_none());
+    for i in 0..(MAX_CANCELS + 1) {
+        reg.remember_cancel("c", &format!("x{i}"), "r1");
+    }
+    assert!(reg.cancelled_run("c", &ANY, "k1").is_none(), "bounded");
+}
+
+#[test]
+fn completed_runs_expire_after_retention_and_active_ones_never() {
+    let reg = reg(Duration::from_millis(0), 8);
+    let done = live(&reg, "done", "a");
+    done.finish(true, None);
+    let _active = live(&reg, "active", "b");
+    let s = reg.sweep(Instant::now() + Duration::from_secs(1));
+    assert_eq!(s.expired, 1);
+    assert!(reg.current("done", &ANY).is_none());
+    assert!(reg.current("active", &ANY).is_some());
+    assert_eq!(reg.chats(), 1);
+    assert_eq!(reg.run_count(), 1);
+}
+
+#[test]
+fn beyond_max_chats_the_oldest_completion_goes_first() {
+    let reg = reg(Duration::from_secs(3600), 2);
+    for c in ["c1", "c2", "c3"] {
+        // Completion instants are increasing; ties fall back to chat id order.
+        live(&reg, c, c).finish(true, None);
+    }
+    let _active = live(&reg, "c4", "c4");
+    let s = reg.sweep(Instant::now());
+    assert_eq!(s.capacity, 1);
+    assert!(reg.current("c1", &ANY).is_none());
+    assert!(reg.current("c2", &ANY).is_some() && reg.current("c3", &ANY).is_some());
+    assert!(reg.current("c4", &ANY).is_some());
+}
+
+#[test]
+fn make_room_evicts_completed_runs_first_and_never_active_ones() {
+    let reg = reg(Duration::from_secs(3600), 100);
+    live(&reg, "done1", "d1").finish(true, None);
+    live(&reg, "done2", "d2").finish(true, None);
+    let _active = live(&reg, "active", "a");
+    assert!(reg.make_room(3, usize::MAX));
+    assert_eq!(reg.run_count(), 2);
+    assert!(reg.current("done1", &ANY).is_none());
+    assert!(reg.make_room(2, usize::MAX));
+    assert!(!reg.make_room(1, usize::MAX), "the active run stays");
+    assert!(reg.current("active", &ANY).is_some());
+}
+
+#[test]
+fn recorded_bytes_follow_appends_and_evictions() {
+    let reg = reg(Duration::from_millis(0), 100);
+    let run = live(&reg, "c", "r");
+    let ev = crate::event::classify(&crate::sse::SseEvent {
+        event: None,
+        data: bytes::Bytes::from_static(br#"{"type":"CUSTOM","value":1}"#),
+        id: None,
+    });
+    reg.add_bytes(run.append(&[ev]).bytes);
+    assert_eq!(reg.recorded_bytes(), run.bytes());
+    run.finish(true, None);
+    reg.sweep(Instant::now() + Duration::from_secs(1));
+    assert_eq!(reg.recorded_bytes(), 0);
+}
+
+#[test]
+fn run_ids_are_fresh_hex() {
+    let a = mint_run_id();
+    assert_eq!(a.len(), 32);
+    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(a, mint_run_id());
+}
