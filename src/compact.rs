@@ -16,8 +16,9 @@ use bytes::{Bytes, BytesMut};
 
 use crate::event::{Event, MergeClass};
 
-/// Smallest block of the log; blocks grow with the log so their number stays logarithmic.
-const MIN_BLOCK: usize = 64 * 1024;
+/// Smallest block of the log; blocks double with the log so their number stays logarithmic
+/// while a short run holds little memory.
+const MIN_BLOCK: usize = 512;
 /// Largest block allocated for growth (a single larger write gets its own block).
 const MAX_BLOCK: usize = 8 * 1024 * 1024;
 
@@ -34,7 +35,7 @@ impl ByteLog {
     pub fn push(&mut self, b: &[u8]) {
         if self.active.capacity() - self.active.len() < b.len() {
             self.seal();
-            let want = (self.len / 2).clamp(MIN_BLOCK, MAX_BLOCK).max(b.len());
+            let want = self.len.clamp(MIN_BLOCK, MAX_BLOCK).max(b.len());
             self.active = BytesMut::with_capacity(want);
         }
         self.active.extend_from_slice(b);

@@ -107,7 +107,8 @@ pub fn decide(
     }
 }
 
-/// Waits up to `wait` for the chat to get a run, then decides again.
+/// Waits up to `wait` for the chat to get a run. The run that appears is served from a snapshot
+/// even if it completed before this waiter got to it: the client asked for that turn.
 pub async fn wait_for_run(
     registry: &Registry,
     scope: &str,
@@ -118,9 +119,12 @@ pub async fn wait_for_run(
     let mut rx = registry.subscribe();
     loop {
         rx.borrow_and_update();
-        match decide(registry, scope, owner, None, None) {
-            Decision::Missing => {}
-            d => return d,
+        if let Some(run) = registry.current(scope, owner) {
+            return Decision::Serve {
+                run,
+                start: Start::Snapshot,
+                reset: None,
+            };
         }
         if tokio::time::timeout_at(deadline, rx.changed())
             .await
@@ -170,11 +174,13 @@ pub async fn serve<S: Sink>(
 
 async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     let t = Instant::now();
-    let (seq, frame, _) = run.snapshot().await;
-    metrics
-        .snapshot_serialize
-        .observe(t.elapsed().as_secs_f64());
-    (seq, frame)
+    let snap = run.snapshot().await;
+    if snap.serialized {
+        metrics
+            .snapshot_serialize
+            .observe(t.elapsed().as_secs_f64());
+    }
+    (snap.seq, snap.frame)
 }
 
 async fn write_loop<S: Sink>(
@@ -209,22 +215,27 @@ async fn write_loop<S: Sink>(
         rx.borrow_and_update();
         match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
             Ok(read) => {
-                let mut out =
-                    BytesMut::with_capacity(read.frames.iter().map(Bytes::len).sum::<usize>());
-                for f in &read.frames {
-                    out.extend_from_slice(f);
-                }
-                if let Some(end) = &read.end {
-                    out.extend_from_slice(&frames::end(run.id(), end));
-                }
+                let out = match (&read.frames[..], &read.end) {
+                    // One frame: the shared frame itself, no copy.
+                    ([one], None) => one.clone(),
+                    (frames, end) => {
+                        let len = frames.iter().map(Bytes::len).sum::<usize>();
+                        let mut out = BytesMut::with_capacity(len + 160);
+                        frames.iter().for_each(|f| out.extend_from_slice(f));
+                        if let Some(end) = end {
+                            out.extend_from_slice(&frames::end(run.id(), end));
+                        }
+                        out.freeze()
+                    }
+                };
                 if !out.is_empty() {
-                    if sink.send(out.freeze()).await.is_err() {
+                    if sink.send(out).await.is_err() {
                         return Outcome::Gone;
                     }
                     if !read.frames.is_empty() {
                         metrics
                             .observer_lag
-                            .observe(run.head().saturating_sub(read.last) as f64);
+                            .observe(read.head.saturating_sub(read.last) as f64);
                         if let Some(at) = read.last_arrival {
                             metrics.delivery_delay.observe(at.elapsed().as_secs_f64());
                         }

@@ -7,6 +7,8 @@
 //! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
 //! or an upstream error or timeout ends a live run early.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -254,11 +256,44 @@ pub struct Job {
     pub legacy: bool,
 }
 
-/// Starts the producer task; the receiver gets the upstream's answer.
-pub fn spawn(job: Job) -> oneshot::Receiver<Head> {
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(produce(job, tx));
-    rx
+/// A producer, driven by its requester's task while that task lives and detached (spawned) the
+/// moment it ends, however it ends: the producer never waits for the requester nor sees it go.
+/// Driving it inline saves a cross-task wake per event for the requester, the observer of most
+/// runs.
+pub struct Producer {
+    fut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl Producer {
+    /// A producer for `job`; the receiver gets the upstream's answer.
+    pub fn new(job: Job) -> (Producer, oneshot::Receiver<Head>) {
+        let (tx, rx) = oneshot::channel();
+        let fut = Box::pin(produce(job, tx));
+        (Producer { fut: Some(fut) }, rx)
+    }
+
+    /// Runs `work` to completion while also driving the producer.
+    pub async fn alongside<T>(&mut self, work: impl Future<Output = T>) -> T {
+        tokio::pin!(work);
+        loop {
+            let Some(fut) = self.fut.as_mut() else {
+                return work.await;
+            };
+            tokio::select! {
+                biased;
+                _ = fut => self.fut = None,
+                t = &mut work => return t,
+            }
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        if let Some(fut) = self.fut.take() {
+            tokio::spawn(fut);
+        }
+    }
 }
 
 async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
@@ -411,11 +446,16 @@ impl Recording {
         let mut decoded = Vec::new();
         let mut batch: Vec<Event> = Vec::new();
         let deadline = job.max_duration.map(|d| tokio::time::Instant::now() + d);
+        // Built once: a stop or the deadline is noticed without re-arming them per read.
+        let stop = run.stop_requested();
+        let expiry = sleep_until(deadline);
+        tokio::pin!(stop, expiry);
         loop {
             let read = tokio::select! {
+                biased;
                 r = s.read_response_body() => r,
-                reason = run.stop_requested() => { rec.stopped = Some(reason); break; }
-                _ = sleep_until(deadline) => { rec.stopped = Some("max_duration"); break; }
+                reason = &mut stop => { rec.stopped = Some(reason); break; }
+                _ = &mut expiry => { rec.stopped = Some("max_duration"); break; }
             };
             let chunk = match read {
                 Ok(Some(c)) => c,

@@ -79,6 +79,11 @@ impl ProxyHttp for Sidecar {
     /// Runs once per request, before anything else; this proxy keeps no per-request context.
     fn new_ctx(&self) -> Self::CTX {}
 
+    /// Runs once at start to set up the downstream modules. The default adds response
+    /// compression (disabled); tether never compresses (an SSE stream would stick in the
+    /// compressor), so it adds none and saves their work on every body write.
+    fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
+
     /// Runs after the request header is read. Record, attach and control routes are answered
     /// here in full (returns `true`); pass-through routes return `false` and continue to
     /// [`Self::upstream_peer`]. Default (not overridden): `Ok(false)`.

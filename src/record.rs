@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::auth::Auth;
 use crate::config::Route;
 use crate::observer::Start;
-use crate::producer::{self, Head, Job};
+use crate::producer::{Head, Job, Producer};
 use crate::proxy::{
     header_value, read_body, relayed, unreachable, write_sse_header, Handled, Sidecar,
 };
@@ -93,7 +93,7 @@ impl Sidecar {
     ) -> Handled {
         let s = &self.shared;
         let max = s.cfg.upstream_opts.max_run_duration.0;
-        let head = producer::spawn(Job {
+        let (mut producer, head) = Producer::new(Job {
             upstream: s.upstream.clone(),
             registry: s.registry.clone(),
             metrics: s.metrics.clone(),
@@ -108,9 +108,13 @@ impl Sidecar {
             body,
             legacy,
         });
-        match head.await {
+        // Everything below runs alongside the producer; when this request ends, however it
+        // ends, the producer is detached and reads on.
+        match producer.alongside(head).await {
             Err(_) | Ok(Head::Failed(_)) => Handled::Error(unreachable()),
-            Ok(Head::Relay { header, body }) => relay(session, header, body).await,
+            Ok(Head::Relay { header, body }) => {
+                producer.alongside(relay(session, header, body)).await
+            }
             Ok(Head::Live {
                 run,
                 header,
@@ -119,13 +123,18 @@ impl Sidecar {
             }) => match raw {
                 Some(raw) => {
                     let _attached = guard;
-                    self.legacy(session, header, raw).await
+                    producer.alongside(self.legacy(session, header, raw)).await
                 }
                 None => {
-                    if !write_sse_header(session, run.id()).await {
+                    if !producer
+                        .alongside(write_sse_header(session, run.id()))
+                        .await
+                    {
                         return Handled::Abort;
                     }
-                    self.observe(session, &run, Start::Fresh, Some(guard)).await
+                    producer
+                        .alongside(self.observe(session, &run, Start::Fresh, Some(guard)))
+                        .await
                 }
             },
         }

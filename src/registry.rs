@@ -289,6 +289,11 @@ impl Registry {
         self.live.subscribe()
     }
 
+    /// How many receivers of [`Self::subscribe`] exist (waiting attaches, draining).
+    pub fn subscribers(&self) -> usize {
+        self.live.receiver_count()
+    }
+
     /// Accounts `delta` bytes recorded (or released by a sliding window).
     pub fn add_bytes(&self, delta: isize) {
         self.bytes.fetch_add(delta as i64, Ordering::Relaxed);

@@ -41,6 +41,8 @@ pub struct Read {
     pub end: Option<End>,
     /// Arrival time of the last frame returned (for delivery-delay metrics).
     pub last_arrival: Option<Instant>,
+    /// The run's head seq at the time of the read.
+    pub head: u64,
 }
 
 /// A snapshot captured under the lock: shares the history, copies no text.
@@ -304,6 +306,7 @@ impl Run {
         let skip = (after + 1 - first) as usize;
         let mut read = Read {
             last: after,
+            head: st.head,
             ..Read::default()
         };
         for (frame, at) in st.window.iter().skip(skip).take(max) {
@@ -333,9 +336,9 @@ impl Run {
         }
     }
 
-    /// The serialized `STREAM_SNAPSHOT` frame of the run now, its seq and terminal state.
-    /// Serialized outside the run's lock, and at most once per seq.
-    pub async fn snapshot(&self) -> (u64, Bytes, Option<End>) {
+    /// The serialized `STREAM_SNAPSHOT` frame of the run now. Serialized outside the run's
+    /// lock, and at most once per seq: concurrent callers wait for one serialization.
+    pub async fn snapshot(&self) -> Snapshot {
         let mut cache = self.cache.lock().await;
         let (head, end) = {
             let st = self.state.lock();
@@ -343,14 +346,37 @@ impl Run {
         };
         if let Some((seq, frame)) = cache.as_ref() {
             if *seq == head {
-                return (head, frame.clone(), end);
+                return Snapshot {
+                    seq: head,
+                    frame: frame.clone(),
+                    end,
+                    serialized: false,
+                };
             }
         }
         let cap = self.capture();
         let frame = frames::snapshot(&self.id, cap.seq, &cap.history);
         *cache = Some((cap.seq, frame.clone()));
-        (cap.seq, frame, cap.end)
+        Snapshot {
+            seq: cap.seq,
+            frame,
+            end: cap.end,
+            serialized: true,
+        }
     }
+}
+
+/// A serialized snapshot of a run.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The last seq it covers.
+    pub seq: u64,
+    /// The `STREAM_SNAPSHOT` frame.
+    pub frame: Bytes,
+    /// The terminal state at capture time.
+    pub end: Option<End>,
+    /// Whether this call serialized it (false: served from the per-seq cache).
+    pub serialized: bool,
 }
 
 /// Counts one observer of a run while alive.

@@ -187,16 +187,19 @@ fn capture_shares_history_without_copying() {
 async fn snapshot_is_serialized_once_per_seq() {
     let run = Run::new("r", 4);
     run.append(&[text("m", "a"), text("m", "b")]);
-    let (seq, f1, _) = run.snapshot().await;
-    let (_, f2, _) = run.snapshot().await;
+    let s1 = run.snapshot().await;
+    let s2 = run.snapshot().await;
+    let (seq, f1) = (s1.seq, s1.frame);
     assert_eq!(seq, 2);
-    assert_eq!(f1.as_ptr(), f2.as_ptr(), "served from the cache");
+    assert!(s1.serialized && !s2.serialized);
+    assert_eq!(f1.as_ptr(), s2.frame.as_ptr(), "served from the cache");
     assert_eq!(
         snapshot_events(&f1).1,
         vec![json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"ab"})]
     );
     run.append(&[text("m", "c")]);
-    let (seq, f3, _) = run.snapshot().await;
+    let s3 = run.snapshot().await;
+    let (seq, f3) = (s3.seq, s3.frame);
     assert_eq!(seq, 3);
     assert_eq!(snapshot_events(&f3).1[0]["delta"], "abc");
 }

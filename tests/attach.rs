@@ -137,13 +137,20 @@ async fn no_run_answers_204_after_wait_ms_or_the_run_that_goes_live_meanwhile() 
         .await;
         (r.status, r.frames_to_end().await)
     });
-    // The attach is waiting once the registry has a subscriber for it; give it the run.
+    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
+    within("the attach is waiting", async {
+        while registry.subscribers() == 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
     let f = post(tether.addr, "/chat", &chat("later"))
         .await
         .frames_to_end()
         .await;
     let (status, frames) = within("waiter", waiter).await.unwrap();
     assert_eq!(status, 200);
+    assert_eq!(frames[0].ty(), "STREAM_SNAPSHOT");
     assert_eq!(frames.last().unwrap().ty(), "STREAM_END");
     assert_eq!(frames.last().unwrap().json["run_id"], f[0].json["run_id"]);
 }

@@ -478,6 +478,13 @@ async fn over_max_runs_completed_runs_go_first_then_new_turns_pass_through_unrec
             .body_to_end()
             .await
     });
+    // Both turns are at the backend before either may finish.
+    within("both turns forwarded", async {
+        while be2.requests.lock().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
     held.open();
     let raw = within("unrecorded turn", other).await.unwrap();
     assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");

@@ -1,0 +1,187 @@
+//! The hops under test, as child processes: tether (the release binary) and nginx (Debian's
+//! package, `proxy_buffering off`), with their CPU seconds and peak RSS read from /proc.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// A hop between the clients and the producer.
+pub struct Hop {
+    pub addr: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    child: Child,
+    dir: Option<PathBuf>,
+}
+
+impl Drop for Hop {
+    fn drop(&mut self) {
+        // SIGTERM, not SIGKILL: nginx's master then stops its workers instead of orphaning them.
+        // SAFETY: signalling our own child process.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// The pids of a process and its direct children (nginx's workers).
+fn family(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or("", |(_, r)| r)
+                .split_whitespace()
+                .collect();
+            if fields.get(1).and_then(|f| f.parse::<u32>().ok()) == Some(pid) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+impl Hop {
+    /// User plus system CPU seconds of the hop's processes so far.
+    pub fn cpu_seconds(&self) -> f64 {
+        let tick = 100.0; // USER_HZ on Linux
+        family(self.child.id())
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+            .map(|stat| {
+                let f: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map_or("", |(_, r)| r)
+                    .split_whitespace()
+                    .collect();
+                let ut: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+                let st: f64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+                (ut + st) / tick
+            })
+            .sum()
+    }
+
+    /// Peak resident memory of the hop's processes, in MiB (VmHWM, summed over processes).
+    pub fn peak_rss_mib(&self) -> f64 {
+        family(self.child.id())
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+            .filter_map(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|v| v.parse::<f64>().ok())
+            })
+            .sum::<f64>()
+            / 1024.0
+    }
+}
+
+/// Starts the tether binary in front of `upstream`.
+pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
+    let mut child = Command::new(bin)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream.to_string(),
+        ])
+        .args(extra)
+        .args(
+            std::env::var("LOAD_TETHER_ARGS")
+                .unwrap_or_default()
+                .split_whitespace(),
+        )
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start tether");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("banner");
+    let mut urls = line.split("http://").skip(1).map(|s| {
+        s.split(|c: char| c.is_whitespace() || c == '/' || c == ')')
+            .next()
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .expect("address in the banner")
+    });
+    let addr = urls.next().expect("proxy address");
+    let admin = urls.next();
+    Hop {
+        addr,
+        admin,
+        child,
+        dir: None,
+    }
+}
+
+/// Starts nginx in front of `upstream`, or `None` when it is not installed.
+pub fn nginx(upstream: SocketAddr) -> Option<Hop> {
+    let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .ok()?
+        .local_addr()
+        .ok()?
+        .port();
+    let dir = std::env::temp_dir().join(format!("tether-load-nginx-{}-{port}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let d = dir.display();
+    let conf = format!(
+        "worker_processes auto;\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nworker_rlimit_nofile 65536;\n\
+         events {{ worker_connections 32768; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+           upstream producer {{ server {upstream}; keepalive 1024; }}\n\
+           server {{\n    listen 127.0.0.1:{port} backlog=16384;\n    location / {{\n      proxy_pass http://producer;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_request_buffering off;\n      proxy_read_timeout 1h;\n    }}\n  }}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).ok()?;
+    let child = Command::new(bin)
+        .args([
+            "-c",
+            &dir.join("nginx.conf").display().to_string(),
+            "-p",
+            &d.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    // Ready once it accepts.
+    for _ in 0..200 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Some(Hop {
+                addr,
+                admin: None,
+                child,
+                dir: Some(dir),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    None
+}
