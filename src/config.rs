@@ -206,7 +206,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_header_bytes: 64 * 1024,
-            max_observers_per_run: 256,
+            max_observers_per_run: 1024,
             max_runs: 10_000,
             max_recorded_bytes: 1 << 30,
             abandon_after: Dur(Duration::ZERO),

@@ -427,9 +427,18 @@ impl Registry {
     }
 }
 
-/// A fresh transport run id: 32 lowercase hex digits.
+/// A fresh transport run id: 128 random bits as 22 URL-safe base64 characters. It appears twice
+/// in every frame, so it is kept short.
 pub fn mint_run_id() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut bits = rand::random::<u128>();
+    (0..22)
+        .map(|_| {
+            let c = ALPHABET[(bits & 63) as usize] as char;
+            bits >>= 6;
+            c
+        })
+        .collect()
 }
 
 #[cfg(test)]

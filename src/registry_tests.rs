@@ -156,9 +156,9 @@ fn recorded_bytes_follow_appends_and_evictions() {
 }
 
 #[test]
-fn run_ids_are_fresh_hex() {
+fn run_ids_are_fresh_and_valid() {
     let a = mint_run_id();
-    assert_eq!(a.len(), 32);
-    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(a.len(), 22);
+    assert!(crate::request::check_run_id(&a).is_ok());
     assert_ne!(a, mint_run_id());
 }

@@ -88,7 +88,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         cfg,
     });
 
-    let listener = TcpListener::bind(shared.cfg.listen).await?;
+    let listener = listen(shared.cfg.listen).await?;
     let proxy_addr = listener.local_addr()?;
     let proxy = Arc::new(pingora_proxy::http_proxy(
         &pingora_conf,
@@ -100,7 +100,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         accept_rx.clone(),
     )));
 
-    let listener = TcpListener::bind(shared.cfg.admin).await?;
+    let listener = listen(shared.cfg.admin).await?;
     let admin_addr = listener.local_addr()?;
     let admin = Arc::new(Admin::new(shared.clone()));
     // The admin listener stays up through a drain so /readyz can say so.
@@ -155,6 +155,19 @@ fn stop_abandoned(registry: &Registry, after: Duration) {
             run.request_stop("abandoned");
         }
     }
+}
+
+/// Binds a listener with a deep accept queue (4,096, capped by `net.core.somaxconn`): std's
+/// default of 128 drops the SYNs of a reconnect storm into seconds-long retries.
+async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    sock.listen(4096)
 }
 
 /// Accepts connections and hands each to `app` until `stop` turns true.

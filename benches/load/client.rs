@@ -28,6 +28,8 @@ pub struct Seen {
     pub run_id: Option<String>,
     /// Replacement snapshots received after the first frame (slow-reader resets).
     pub resets: u64,
+    /// Why the stream failed, when it did before its body.
+    pub failure: Option<String>,
 }
 
 enum Chunk {

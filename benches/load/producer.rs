@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::now_ns;
@@ -26,7 +26,10 @@ pub struct Producer {
 
 impl Producer {
     pub async fn start() -> Producer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A deep accept queue: thousands of runs connect at once.
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = sock.listen(8192).unwrap();
         let addr = listener.local_addr().unwrap();
         let (release, _) = watch::channel(0);
         let sent = Arc::new(AtomicU64::new(0));

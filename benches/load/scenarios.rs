@@ -53,8 +53,14 @@ async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bool) -> Seen
     let mut seen = Seen::default();
     match client::open(addr, "POST", path, body).await {
         Ok(mut c) if c.status == 200 => while c.read_some(&mut seen, delays).await {},
-        Ok(c) => seen.broken = c.status != 200,
-        Err(_) => seen.broken = true,
+        Ok(c) => {
+            seen.broken = true;
+            seen.failure = Some(format!("status {}", c.status));
+        }
+        Err(e) => {
+            seen.broken = true;
+            seen.failure = Some(e.to_string());
+        }
     }
     seen
 }
@@ -247,11 +253,14 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
             .collect();
         let mut delays = Vec::with_capacity(runs * n as usize);
         let mut lost = 0;
+        let mut why = std::collections::BTreeMap::<String, usize>::new();
         for task in tasks {
             match task.await {
                 Ok(mut s) => {
                     if !check(&s, n).is_empty() {
                         lost += 1;
+                        let reason = s.failure.clone().unwrap_or_else(|| format!("truncated at {} of {n}", s.events));
+                        *why.entry(reason).or_default() += 1;
                     }
                     delays.append(&mut s.delays);
                 }
@@ -282,7 +291,7 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
             target: via.name(),
             figures,
             notes: if lost > 0 {
-                format!("BROKEN: {lost} streams lost or truncated")
+                format!("BROKEN: {lost} streams lost or truncated: {why:?}")
             } else {
                 String::new()
             },
@@ -329,6 +338,8 @@ async fn resume(bin: &str, p: &Producer, n: u64, rate: u64) -> Vec<Row> {
     let run_id = seen.run_id.clone().unwrap_or_default();
     let sent_before = p.sent.load(Ordering::Relaxed) - seen.last_i;
     drop(c);
+    // A reconnect backoff, while the run goes on: the events of this gap are what is missing.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     let t = Instant::now();
     let body =
         json!({"chat_id": chat, "protocol": 1, "run_id": run_id, "after_seq": cursor}).to_string();
@@ -416,18 +427,25 @@ async fn storm(bin: &str, p: &Producer, observers: usize, mib: usize) -> Vec<Row
                 )
                 .await
                 .ok()?;
-                let got = c.read_bytes(snapshot_bytes).await;
-                Some((got, Instant::now()))
+                if c.status != 200 {
+                    return None;
+                }
+                let first = c.read_bytes(1).await;
+                let first_at = Instant::now();
+                let got = first + c.read_bytes(snapshot_bytes.saturating_sub(first)).await;
+                Some((got, Instant::now(), first_at))
             })
         })
         .collect();
     let mut served = 0;
     let mut last = t;
+    let mut first_bytes = t;
     for task in tasks {
-        if let Ok(Some((got, at))) = task.await {
+        if let Ok(Some((got, at, first))) = task.await {
             if got >= snapshot_bytes {
                 served += 1;
                 last = last.max(at);
+                first_bytes = first_bytes.max(first);
             }
         }
     }
@@ -439,6 +457,7 @@ async fn storm(bin: &str, p: &Producer, observers: usize, mib: usize) -> Vec<Row
         scenario: format!("5 storm {observers} x {mib} MiB"),
         target: "tether",
         figures: vec![
+            ("all_first_byte_s", (first_bytes - t).as_secs_f64()),
             ("all_served_s", (last - t).as_secs_f64()),
             ("served", served as f64),
             ("serializations", serialized),
@@ -496,6 +515,15 @@ async fn cold(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
     }]
 }
 
+/// Appends finished rows and shows them at once (a full run takes minutes).
+fn add(rows: &mut Vec<Row>, new: Vec<Row>) {
+    for r in &new {
+        let figs: Vec<String> = r.figures.iter().map(|(k, v)| format!("{k}={v:.3}")).collect();
+        eprintln!("  {} / {}: {} {}", r.scenario, r.target, figs.join(" "), r.notes);
+    }
+    rows.extend(new);
+}
+
 /// Every scenario; `quick` shortens them.
 pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
     let p = Producer::start().await;
@@ -503,25 +531,25 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
     let mut rows = Vec::new();
     let (secs3, runs_big) = if quick { (4, 2_000) } else { (20, 10_000) };
     if want(1) {
-        rows.extend(full_speed(bin, &p, 100_000, TOKEN_PAD, "100k tokens").await);
-        rows.extend(full_speed(bin, &p, 10_000, KIB_PAD, "10k x 1KiB").await);
+        add(&mut rows, full_speed(bin, &p, 100_000, TOKEN_PAD, "100k tokens").await);
+        add(&mut rows, full_speed(bin, &p, 10_000, KIB_PAD, "10k x 1KiB").await);
     }
     if want(2) {
-        rows.extend(paced(bin, &p, 50_000, 2).await);
+        add(&mut rows, paced(bin, &p, 50_000, 2).await);
     }
     if want(3) {
-        rows.extend(concurrent(bin, &p, 1_000, 20, secs3).await);
-        rows.extend(concurrent(bin, &p, runs_big, 10, secs3).await);
+        add(&mut rows, concurrent(bin, &p, 1_000, 20, secs3).await);
+        add(&mut rows, concurrent(bin, &p, runs_big, 10, secs3).await);
     }
     if want(4) {
-        rows.extend(resume(bin, &p, 1_000, 2_000).await);
-        rows.extend(resume(bin, &p, 10_000, 10_000).await);
+        add(&mut rows, resume(bin, &p, 1_000, 2_000).await);
+        add(&mut rows, resume(bin, &p, 10_000, 10_000).await);
     }
     if want(5) {
-        rows.extend(storm(bin, &p, 1_000, 10).await);
+        add(&mut rows, storm(bin, &p, 1_000, 10).await);
     }
     if want(6) {
-        rows.extend(cold(bin, &p, 100_000).await);
+        add(&mut rows, cold(bin, &p, 100_000).await);
     }
     rows
 }
