@@ -490,3 +490,33 @@ async fn over_max_runs_completed_runs_go_first_then_new_turns_pass_through_unrec
     assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");
     assert_eq!(tether2.metric("tether_runs_unrecorded_total").await, 1.0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_max_recorded_bytes_a_new_turn_passes_through_unrecorded() {
+    let held = Gate::default();
+    let be = held_backend(&held).await;
+    // The first run alone holds more than the cap once it has a few events.
+    let tether = sidecar(be.addr, "[limits]\nmax_recorded_bytes = 200\n").await;
+    let (_run, _client) = started(&tether, "big", &[]).await;
+    let addr = tether.addr;
+    let other = tokio::spawn(async move {
+        post(addr, "/chat", &chat("other"))
+            .await
+            .body_to_end()
+            .await
+    });
+    within("both turns forwarded", async {
+        while be.requests.lock().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    held.open();
+    let raw = within("unrecorded turn", other).await.unwrap();
+    assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");
+    assert_eq!(tether.metric("tether_runs_unrecorded_total").await, 1.0);
+    assert_eq!(
+        post(tether.addr, "/chat/live", &chat("other")).await.status,
+        204
+    );
+}

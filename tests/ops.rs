@@ -272,3 +272,33 @@ fn within_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) ->
     rx.recv_timeout(LIMIT)
         .expect("timed out waiting for the process")
 }
+
+#[test]
+fn json_log_format_writes_one_json_object_per_line() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(v["level"], "INFO");
+    assert!(
+        v["msg"].as_str().unwrap().contains("tether listening on"),
+        "{line}"
+    );
+    assert!(v["ts"].is_string() && v["target"].is_string());
+}

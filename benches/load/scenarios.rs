@@ -79,9 +79,13 @@ struct Hops {
 }
 
 fn hops(bin: &str, producer: &Producer) -> Hops {
+    let nginx = targets::nginx(producer.addr);
+    if nginx.is_none() {
+        eprintln!("  nginx is not installed (apt-get install nginx-light): its rows are skipped");
+    }
     Hops {
         tether: targets::tether(bin, producer.addr, &[]),
-        nginx: targets::nginx(producer.addr),
+        nginx,
     }
 }
 
@@ -228,7 +232,11 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
         let cpu0 = hop(&h, via).map_or(0.0, Hop::cpu_seconds);
         let t = Instant::now();
         // Sample tether's recorded bytes while the streams run, for the peak.
-        let admin = if via == Via::Tether { h.tether.admin } else { None };
+        let admin = if via == Via::Tether {
+            h.tether.admin
+        } else {
+            None
+        };
         let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let sampler = tokio::spawn(async move {
             let mut peak: f64 = 0.0;
@@ -259,7 +267,10 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
                 Ok(mut s) => {
                     if !check(&s, n).is_empty() {
                         lost += 1;
-                        let reason = s.failure.clone().unwrap_or_else(|| format!("truncated at {} of {n}", s.events));
+                        let reason = s
+                            .failure
+                            .clone()
+                            .unwrap_or_else(|| format!("truncated at {} of {n}", s.events));
                         *why.entry(reason).or_default() += 1;
                     }
                     delays.append(&mut s.delays);
@@ -518,8 +529,18 @@ async fn cold(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
 /// Appends finished rows and shows them at once (a full run takes minutes).
 fn add(rows: &mut Vec<Row>, new: Vec<Row>) {
     for r in &new {
-        let figs: Vec<String> = r.figures.iter().map(|(k, v)| format!("{k}={v:.3}")).collect();
-        eprintln!("  {} / {}: {} {}", r.scenario, r.target, figs.join(" "), r.notes);
+        let figs: Vec<String> = r
+            .figures
+            .iter()
+            .map(|(k, v)| format!("{k}={v:.3}"))
+            .collect();
+        eprintln!(
+            "  {} / {}: {} {}",
+            r.scenario,
+            r.target,
+            figs.join(" "),
+            r.notes
+        );
     }
     rows.extend(new);
 }
@@ -531,8 +552,14 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
     let mut rows = Vec::new();
     let (secs3, runs_big) = if quick { (4, 2_000) } else { (20, 10_000) };
     if want(1) {
-        add(&mut rows, full_speed(bin, &p, 100_000, TOKEN_PAD, "100k tokens").await);
-        add(&mut rows, full_speed(bin, &p, 10_000, KIB_PAD, "10k x 1KiB").await);
+        add(
+            &mut rows,
+            full_speed(bin, &p, 100_000, TOKEN_PAD, "100k tokens").await,
+        );
+        add(
+            &mut rows,
+            full_speed(bin, &p, 10_000, KIB_PAD, "10k x 1KiB").await,
+        );
     }
     if want(2) {
         add(&mut rows, paced(bin, &p, 50_000, 2).await);
