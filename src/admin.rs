@@ -11,7 +11,7 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::server::ShutdownWatch;
 
 use crate::proxy::Shared;
-use crate::server::http_app::respond;
+use crate::server::http_app::{finish, respond};
 
 /// The admin HTTP app.
 pub struct Admin {
@@ -69,12 +69,6 @@ impl HttpServerApp for Admin {
         if !ok {
             return None;
         }
-        s.set_keepalive(Some(60));
-        let settings = pingora_core::apps::HttpPersistentSettings::for_session(&s);
-        s.finish()
-            .await
-            .ok()
-            .flatten()
-            .map(|r| ReusedHttpStream::from_reusable_stream(r, settings))
+        finish(s).await
     }
 }

@@ -184,20 +184,9 @@ impl Sidecar {
     /// active run as a `CUSTOM` event named `tether.resolution`.
     pub(crate) async fn annotate(&self, session: &mut Session, route: &Route) -> Handled {
         let s = &self.shared;
-        let owner = match self.owner(session) {
-            Ok(o) => o,
+        let (owner, body, req) = match self.read_turn(session, route).await {
+            Ok(t) => t,
             Err(h) => return h,
-        };
-        let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
-            Ok(b) => b,
-            Err(h) => return h,
-        };
-        let query = session.req_header().uri.query().map(str::to_string);
-        let req = match request::record(&route.chat_id, &body, query.as_deref(), |h| {
-            header_value(session, h)
-        }) {
-            Ok(r) => r,
-            Err(e) => return Handled::Error(e),
         };
         let (status, handled) = self.forward_unrecorded(session, body.clone()).await;
         if !status.is_some_and(|c| (200..300).contains(&c)) {

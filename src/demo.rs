@@ -18,7 +18,7 @@ use pingora_core::server::ShutdownWatch;
 use pingora_http::ResponseHeader;
 use serde_json::{json, Value};
 
-use crate::server::http_app::respond;
+use crate::server::http_app::{finish, respond};
 
 /// Words the demo's text deltas cycle through (multi-byte and astral characters included).
 const WORDS: [&str; 12] = [
@@ -195,13 +195,7 @@ impl HttpServerApp for Demo {
         if !ok {
             return None;
         }
-        s.set_keepalive(Some(60));
-        let settings = pingora_core::apps::HttpPersistentSettings::for_session(&s);
-        s.finish()
-            .await
-            .ok()
-            .flatten()
-            .map(|r| ReusedHttpStream::from_reusable_stream(r, settings))
+        finish(s).await
     }
 }
 

@@ -289,6 +289,23 @@ impl Sidecar {
             .map_err(Handled::Error)
     }
 
+    /// Reads a turn-like request (record and annotate routes): the caller, the capped body, and
+    /// the chat id from where the route says.
+    pub(crate) async fn read_turn(
+        &self,
+        session: &mut Session,
+        route: &Route,
+    ) -> std::result::Result<(Owner, Bytes, crate::request::RecordRequest), Handled> {
+        let owner = self.owner(session)?;
+        let body = read_body(session, self.shared.cfg.recorder.max_body_bytes).await?;
+        let query = session.req_header().uri.query().map(str::to_string);
+        let req = crate::request::record(&route.chat_id, &body, query.as_deref(), |h| {
+            header_value(session, h)
+        })
+        .map_err(Handled::Error)?;
+        Ok((owner, body, req))
+    }
+
     /// Serves `run` to this client as an observer, then ends the response.
     pub(crate) async fn observe(
         &self,

@@ -14,11 +14,9 @@ use crate::auth::Auth;
 use crate::config::Route;
 use crate::observer::Start;
 use crate::producer::{Head, Job, Producer};
-use crate::proxy::{
-    header_value, read_body, relayed, unreachable, write_sse_header, Handled, Sidecar,
-};
+use crate::proxy::{relayed, unreachable, write_sse_header, Handled, Sidecar};
 use crate::registry::{mint_run_id, Pending};
-use crate::request::{self, ApiError};
+use crate::request::ApiError;
 
 impl Sidecar {
     /// `kind = "record"`: one turn, recorded as a new run of the chat.
@@ -31,20 +29,9 @@ impl Sidecar {
                 message: "tether is shutting down; retry on another instance".into(),
             });
         }
-        let owner = match self.owner(session) {
-            Ok(o) => o,
+        let (owner, body, req) = match self.read_turn(session, route).await {
+            Ok(t) => t,
             Err(h) => return h,
-        };
-        let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
-            Ok(b) => b,
-            Err(h) => return h,
-        };
-        let query = session.req_header().uri.query().map(str::to_string);
-        let req = match request::record(&route.chat_id, &body, query.as_deref(), |h| {
-            header_value(session, h)
-        }) {
-            Ok(r) => r,
-            Err(e) => return Handled::Error(e),
         };
         let limits = &s.cfg.limits;
         if !s

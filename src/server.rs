@@ -289,4 +289,15 @@ pub(crate) mod http_app {
         s.write_response_header(Box::new(h)).await.is_ok()
             && s.write_response_body(body, true).await.is_ok()
     }
+
+    /// Ends a request of a small app, keeping the connection for the next one when it can.
+    pub async fn finish(mut s: ServerSession) -> Option<pingora_core::apps::ReusedHttpStream> {
+        s.set_keepalive(Some(60));
+        let settings = pingora_core::apps::HttpPersistentSettings::for_session(&s);
+        s.finish()
+            .await
+            .ok()
+            .flatten()
+            .map(|r| pingora_core::apps::ReusedHttpStream::from_reusable_stream(r, settings))
+    }
 }
