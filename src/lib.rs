@@ -10,8 +10,18 @@
 //!                                          └──▶ STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client
 //! ```
 //!
-//! The modules, in data-flow order. The pure core (`sse`, `event`, `compact`, `frames`, `run`)
-//! imports nothing from Pingora and no network types.
+//! The modules, in data-flow order (declared below in rustfmt's alphabetical order):
+//!
+//! | stage | modules |
+//! |---|---|
+//! | pure core: bytes in, frames out | [`sse`] → [`event`] → [`compact`] → [`frames`] → [`run`] |
+//! | who may see what | [`auth`] → [`registry`] |
+//! | requests | [`request`] → [`proxy`] → [`record`] / [`attach`] / [`control`] |
+//! | upstream | [`upstream`] → [`producer`] |
+//! | downstream | [`observer`] |
+//! | process | [`config`] → [`server`] → [`admin`], [`metrics`], [`demo`] |
+//!
+//! The pure core imports nothing from Pingora and no network types.
 
 pub mod admin;
 pub mod attach;
@@ -32,3 +42,4 @@ pub mod request;
 pub mod run;
 pub mod server;
 pub mod sse;
+pub mod upstream;

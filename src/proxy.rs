@@ -19,10 +19,10 @@ use crate::auth::{Auth, Owner};
 use crate::config::{Config, Route, RouteKind};
 use crate::metrics::Metrics;
 use crate::observer::{self, Sink, Start};
-use crate::producer::Upstream;
 use crate::registry::Registry;
 use crate::request::ApiError;
 use crate::run::{ObserverGuard, Run};
+use crate::upstream::Upstream;
 
 /// State shared by every request of one sidecar.
 pub struct Shared {

@@ -26,9 +26,9 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::demo::{Demo, DemoOptions};
 use crate::metrics::Metrics;
-use crate::producer::Upstream;
 use crate::proxy::{Shared, Sidecar};
 use crate::registry::Registry;
+use crate::upstream::Upstream;
 
 /// A running sidecar.
 pub struct Handle {

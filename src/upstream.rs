@@ -1,0 +1,185 @@
+//! The backend client: Pingora's HTTP connector with explicit timeouts, the request as forwarded
+//! (hop-by-hop headers dropped, `Accept-Encoding: identity`, `X-Tether-Run-Id`), and the rule for
+//! which answers are recorded.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use pingora_core::connectors::http::Connector;
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_core::ErrorType;
+use pingora_http::{RequestHeader, ResponseHeader};
+
+use crate::config;
+
+/// Headers that describe one hop, never forwarded.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Why the backend could not be used.
+#[derive(Debug, Clone)]
+pub struct UpstreamError {
+    /// Metric kind: `connect`, `timeout`, `reset` or `protocol`.
+    pub kind: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+pub(crate) fn kind_of(e: &pingora_core::Error, connecting: bool) -> &'static str {
+    match e.etype() {
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout => {
+            if connecting && matches!(e.etype(), ErrorType::ConnectTimedout) {
+                "connect"
+            } else {
+                "timeout"
+            }
+        }
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => "protocol",
+        _ if connecting => "connect",
+        _ => "reset",
+    }
+}
+
+/// The backend: a connection pool and the peer it connects to.
+pub struct Upstream {
+    connector: Connector,
+    peer: HttpPeer,
+    opts: config::Upstream,
+}
+
+impl Upstream {
+    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1).
+    pub fn new(addr: &str, opts: config::Upstream) -> Self {
+        let mut peer = HttpPeer::new(addr, false, String::new());
+        peer.options.connection_timeout = Some(opts.connect_timeout.0);
+        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer.options.read_timeout = Some(opts.idle_timeout.0);
+        peer.options.write_timeout = Some(opts.write_timeout.0);
+        Upstream {
+            connector: Connector::new(None),
+            peer,
+            opts,
+        }
+    }
+
+    /// The peer, for Pingora's pass-through path.
+    pub fn peer(&self) -> Box<HttpPeer> {
+        Box::new(self.peer.clone())
+    }
+
+    /// Sends `req` with `body` and reads the response header. A pooled connection that fails
+    /// before the header is retried once on a fresh one.
+    pub async fn open(
+        &self,
+        req: &RequestHeader,
+        body: &Bytes,
+        run_id: Option<&str>,
+    ) -> Result<HttpSession, UpstreamError> {
+        let header = outgoing(req, body.len(), run_id).map_err(|e| UpstreamError {
+            kind: "protocol",
+            message: format!("cannot build the upstream request: {e}"),
+        })?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (mut s, reused) =
+                self.connector
+                    .get_http_session(&self.peer)
+                    .await
+                    .map_err(|e| UpstreamError {
+                        kind: kind_of(&e, true),
+                        message: format!("cannot connect to {}: {e}", self.peer.address()),
+                    })?;
+            s.set_read_timeout(Some(self.opts.idle_timeout.0));
+            s.set_write_timeout(Some(self.opts.write_timeout.0));
+            match exchange(&mut s, header.clone(), body.clone()).await {
+                Ok(()) => return Ok(s),
+                Err(_) if reused && attempt == 1 => continue,
+                Err(e) => {
+                    return Err(UpstreamError {
+                        kind: kind_of(&e, false),
+                        message: format!("upstream request failed: {e}"),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Returns a session whose response was read to its end to the pool.
+    pub async fn release(&self, s: HttpSession) {
+        self.connector
+            .release_http_session(s, &self.peer, self.peer.idle_timeout())
+            .await;
+    }
+}
+
+async fn exchange(
+    s: &mut HttpSession,
+    header: RequestHeader,
+    body: Bytes,
+) -> pingora_core::Result<()> {
+    s.write_request_header(Box::new(header)).await?;
+    if !body.is_empty() {
+        s.write_request_body(body, true).await?;
+    }
+    s.finish_request_body().await?;
+    loop {
+        s.read_response_header().await?;
+        match s.response_header() {
+            Some(h) if h.status.is_informational() => continue,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The request as forwarded: the client's, minus hop-by-hop headers, with the body length,
+/// `Accept-Encoding: identity` and `X-Tether-Run-Id`.
+fn outgoing(
+    req: &RequestHeader,
+    len: usize,
+    run_id: Option<&str>,
+) -> pingora_core::Result<RequestHeader> {
+    let mut h = req.clone();
+    if h.uri.scheme().is_some() {
+        let pq = h.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = http::Uri::try_from(pq).unwrap_or_else(|_| http::Uri::from_static("/"));
+        if h.headers.get("host").is_none() {
+            if let Some(a) = req.uri.authority() {
+                h.insert_header("host", a.as_str())?;
+            }
+        }
+        h.set_uri(uri);
+    }
+    for name in HOP_BY_HOP {
+        h.remove_header(name);
+    }
+    h.insert_header("content-length", len.to_string())?;
+    h.insert_header("accept-encoding", "identity")?;
+    if let Some(id) = run_id {
+        h.insert_header("x-tether-run-id", id)?;
+    }
+    Ok(h)
+}
+
+/// Whether an upstream answer is recorded: 2xx and `text/event-stream`.
+pub fn is_recordable(h: &ResponseHeader) -> bool {
+    h.status.is_success()
+        && h.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            })
+}
