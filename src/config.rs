@@ -1,7 +1,7 @@
 //! Configuration: the `conf/tether.toml` tree and the command-line flags, merged and validated.
 //!
 //! Precedence: built-in defaults, then the file named by `--config`, then flags (each flag also
-//! reads a `TETHER_*` environment variable). [`Config::validate`] checks the result once at start;
+//! reads a `TETHER_*` environment variable). [`File::validate`] checks the result once at start;
 //! an invalid configuration is an [`ConfigError`] naming the key, and `main` exits with status 64.
 
 use std::net::SocketAddr;
@@ -412,7 +412,7 @@ pub struct Flags {
     /// Stop a run no client has watched for this long, e.g. 10m [default: off].
     #[arg(long, env = "TETHER_ABANDON_AFTER")]
     pub abandon_after: Option<String>,
-    /// Caller identity: none, header:<Name>, cookie:<name> or authorization [default: none].
+    /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
     #[arg(long, env = "TETHER_AUTH_SUBJECT")]
     pub auth_subject: Option<String>,
     /// Log format: text or json [default: text]; the level comes from RUST_LOG (default info).
