@@ -7,8 +7,6 @@
 //! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
 //! or an upstream error or timeout ends a live run early.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -83,44 +81,12 @@ pub struct Job {
     pub legacy: bool,
 }
 
-/// A producer, driven by its requester's task while that task lives and detached (spawned) the
-/// moment it ends, however it ends: the producer never waits for the requester nor sees it go.
-/// Driving it inline saves a cross-task wake per event for the requester, the observer of most
-/// runs.
-pub struct Producer {
-    fut: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-}
-
-impl Producer {
-    /// A producer for `job`; the receiver gets the upstream's answer.
-    pub fn new(job: Job) -> (Producer, oneshot::Receiver<Head>) {
-        let (tx, rx) = oneshot::channel();
-        let fut = Box::pin(produce(job, tx));
-        (Producer { fut: Some(fut) }, rx)
-    }
-
-    /// Runs `work` to completion while also driving the producer.
-    pub async fn alongside<T>(&mut self, work: impl Future<Output = T>) -> T {
-        tokio::pin!(work);
-        loop {
-            let Some(fut) = self.fut.as_mut() else {
-                return work.await;
-            };
-            tokio::select! {
-                biased;
-                _ = fut => self.fut = None,
-                t = &mut work => return t,
-            }
-        }
-    }
-}
-
-impl Drop for Producer {
-    fn drop(&mut self) {
-        if let Some(fut) = self.fut.take() {
-            tokio::spawn(fut);
-        }
-    }
+/// Starts the producer as its own task, detached from the requester: whatever the requester
+/// does, the producer reads the upstream to its end. The receiver gets the upstream's answer.
+pub fn spawn(job: Job) -> oneshot::Receiver<Head> {
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(produce(job, tx));
+    rx
 }
 
 async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
@@ -188,10 +154,6 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
     });
     let mut tee = tee;
     let rec = Recording::read(&mut s, &run, &job, &mut tee).await;
-    if let (true, Some(tx)) = (rec.clean, tee) {
-        // An empty chunk tells a legacy requester the upstream ended cleanly.
-        let _ = tx.try_send(Bytes::new());
-    }
     let persisted = rec.stopped.is_none()
         && match &job.commit {
             Commit::Eof => rec.clean && rec.saw_terminal,
@@ -206,8 +168,7 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
             Commit::Event { .. } => "not_committed",
         }),
     };
-    let end = run.finish(persisted, reason);
-    job.registry.notify();
+    let end = run.settle(persisted, reason);
     let outcome = if end.superseded {
         "superseded"
     } else if matches!(rec.stopped, Some("cancelled")) {
@@ -219,6 +180,13 @@ async fn produce(mut job: Job, head: oneshot::Sender<Head>) {
     };
     m.runs_finished.with_label_values(&[outcome]).inc();
     m.runs_active.dec();
+    // Only now publish the end: whoever sees it also sees it counted.
+    run.done();
+    job.registry.notify();
+    if let (true, Some(tx)) = (rec.clean, tee) {
+        // An empty chunk tells a legacy requester the upstream ended cleanly.
+        let _ = tx.try_send(Bytes::new());
+    }
     info!(
         "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
         run.id(),

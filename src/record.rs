@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::auth::Auth;
 use crate::config::Route;
 use crate::observer::Start;
-use crate::producer::{Head, Job, Producer};
+use crate::producer::{self, Head, Job};
 use crate::proxy::{relayed, unreachable, write_sse_header, Handled, Sidecar};
 use crate::registry::{mint_run_id, Pending};
 use crate::request::ApiError;
@@ -80,7 +80,7 @@ impl Sidecar {
     ) -> Handled {
         let s = &self.shared;
         let max = s.cfg.upstream_opts.max_run_duration.0;
-        let (mut producer, head) = Producer::new(Job {
+        let head = producer::spawn(Job {
             upstream: s.upstream.clone(),
             registry: s.registry.clone(),
             metrics: s.metrics.clone(),
@@ -95,13 +95,9 @@ impl Sidecar {
             body,
             legacy,
         });
-        // Everything below runs alongside the producer; when this request ends, however it
-        // ends, the producer is detached and reads on.
-        match producer.alongside(head).await {
+        match head.await {
             Err(_) | Ok(Head::Failed(_)) => Handled::Error(unreachable()),
-            Ok(Head::Relay { header, body }) => {
-                producer.alongside(relay(session, header, body)).await
-            }
+            Ok(Head::Relay { header, body }) => relay(session, header, body).await,
             Ok(Head::Live {
                 run,
                 header,
@@ -110,18 +106,13 @@ impl Sidecar {
             }) => match raw {
                 Some(raw) => {
                     let _attached = guard;
-                    producer.alongside(self.legacy(session, header, raw)).await
+                    self.legacy(session, header, raw).await
                 }
                 None => {
-                    if !producer
-                        .alongside(write_sse_header(session, run.id()))
-                        .await
-                    {
+                    if !write_sse_header(session, run.id()).await {
                         return Handled::Abort;
                     }
-                    producer
-                        .alongside(self.observe(session, &run, Start::Fresh, Some(guard)))
-                        .await
+                    self.observe(session, &run, Start::Fresh, Some(guard)).await
                 }
             },
         }

@@ -253,14 +253,21 @@ impl Run {
         appended
     }
 
-    /// Ends the run for its observers (if not already ended) and marks the producer done.
+    /// Ends the run for its observers (if not already ended), marks the producer done, and
+    /// wakes observers.
     pub fn finish(&self, persisted: bool, reason: Option<&'static str>) -> End {
+        let end = self.settle(persisted, reason);
+        self.done();
+        end
+    }
+
+    /// The first half of [`Self::finish`]: decides the end without publishing it. The producer
+    /// then accounts for the run and calls [`Self::done`], so whoever sees the run ended (a
+    /// client reading `STREAM_END`, a drain, a test) also sees it counted.
+    pub fn settle(&self, persisted: bool, reason: Option<&'static str>) -> End {
         let mut st = self.state.lock();
-        st.producing = false;
-        st.finished_at.get_or_insert_with(Instant::now);
         let head = st.head;
-        let end = st
-            .end
+        st.end
             .get_or_insert(End {
                 seq: head,
                 persisted,
@@ -268,10 +275,16 @@ impl Run {
                 next_run_id: None,
                 reason,
             })
-            .clone();
+            .clone()
+    }
+
+    /// The second half of [`Self::finish`]: marks the producer done and wakes observers.
+    pub fn done(&self) {
+        let mut st = self.state.lock();
+        st.producing = false;
+        st.finished_at.get_or_insert_with(Instant::now);
         drop(st);
         self.wake.send_modify(|_| {});
-        end
     }
 
     /// Ends the run for its observers because `next` replaced it; the producer keeps going.

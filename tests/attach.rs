@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -138,12 +136,7 @@ async fn no_run_answers_204_after_wait_ms_or_the_run_that_goes_live_meanwhile() 
         (r.status, r.frames_to_end().await)
     });
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    within("the attach is waiting", async {
-        while registry.subscribers() == 0 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    eventually("the attach is waiting", || registry.subscribers() > 0).await;
     let f = post(tether.addr, "/chat", &chat("later"))
         .await
         .frames_to_end()
@@ -346,12 +339,7 @@ async fn idle_streams_get_heartbeats_and_an_idle_disconnect_is_noticed() {
     assert_eq!(run.observers(), 2);
     // The watcher leaves while its stream is idle: noticed without any write to it.
     watcher.kill();
-    within("idle disconnect noticed", async {
-        while run.observers() != 1 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    eventually("idle disconnect noticed", || run.observers() == 1).await;
     gate.open();
     assert_eq!(
         origin.frames_to_end().await.last().unwrap().ty(),
@@ -430,10 +418,8 @@ async fn a_stalled_client_is_closed_after_the_write_timeout_and_the_run_goes_on(
     assert!(be.served.lock()[0].completed);
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
     let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
-    within("stalled observer closed", async {
-        while run.observers() != 0 || run.is_producing() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually("stalled observer closed", || {
+        run.observers() == 0 && !run.is_producing()
     })
     .await;
     assert!(run.end().unwrap().persisted);

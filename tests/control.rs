@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -188,10 +186,8 @@ async fn stop_with_forward_also_tells_the_backend() {
             .status,
         200
     );
-    within("forwarded stop", async {
-        while !be.requests.lock().iter().any(|r| r.path == "/chat/stop") {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    eventually("forwarded stop", || {
+        be.requests.lock().iter().any(|r| r.path == "/chat/stop")
     })
     .await;
     let fwd = be
@@ -407,12 +403,7 @@ async fn a_run_nobody_watches_is_stopped_as_abandoned() {
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
     let owner = tether::auth::Owner::NONE;
     let r = registry.find("c", &owner, &run).unwrap();
-    within("abandoned", async {
-        while r.is_producing() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await;
+    eventually("abandoned", || !r.is_producing()).await;
     let end = r.end().unwrap();
     assert_eq!((end.persisted, end.reason), (false, Some("abandoned")));
     gate.open();
@@ -479,12 +470,7 @@ async fn over_max_runs_completed_runs_go_first_then_new_turns_pass_through_unrec
             .await
     });
     // Both turns are at the backend before either may finish.
-    within("both turns forwarded", async {
-        while be2.requests.lock().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    eventually("both turns forwarded", || be2.requests.lock().len() >= 2).await;
     held.open();
     let raw = within("unrecorded turn", other).await.unwrap();
     assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");
@@ -505,12 +491,7 @@ async fn over_max_recorded_bytes_a_new_turn_passes_through_unrecorded() {
             .body_to_end()
             .await
     });
-    within("both turns forwarded", async {
-        while be.requests.lock().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    })
-    .await;
+    eventually("both turns forwarded", || be.requests.lock().len() >= 2).await;
     held.open();
     let raw = within("unrecorded turn", other).await.unwrap();
     assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");

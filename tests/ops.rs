@@ -55,20 +55,10 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     r.kill();
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
     let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
-    within("observer gone", async {
-        while run.observers() > 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    eventually("observer gone", || run.observers() == 0).await;
     gate.open();
     be.wait_answers(1).await;
-    within("run ended", async {
-        while run.is_producing() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
+    eventually("run ended", || !run.is_producing()).await;
     let total = turn(10).len() as f64;
     assert_eq!(tether.metric("tether_upstream_events_total").await, total);
     assert_eq!(
@@ -125,10 +115,8 @@ async fn completed_runs_are_evicted_after_retention_and_counted() {
         .frames_to_end()
         .await;
     let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    within("evicted", async {
-        while registry.current("a", &tether::auth::Owner::NONE).is_some() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually("evicted", || {
+        registry.current("a", &tether::auth::Owner::NONE).is_none()
     })
     .await;
     assert!(

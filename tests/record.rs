@@ -273,6 +273,12 @@ async fn a_new_run_supersedes_the_active_one_whose_producer_keeps_going() {
     gate.open();
     be.wait_answers(2).await;
     assert!(be.served.lock().iter().all(|s| s.completed));
+    // The backend has written its end; tether's producer reads it a moment later.
+    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
+    let run = registry
+        .find("c", &tether::auth::Owner::NONE, &run_a)
+        .unwrap();
+    eventually("superseded producer ended", || !run.is_producing()).await;
     assert_eq!(
         tether
             .metric("tether_runs_finished_total{outcome=\"superseded\"}")

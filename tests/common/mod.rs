@@ -29,6 +29,17 @@ pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
+/// Polls `cond` until it holds, or panics after [`LIMIT`]. For states that have no readiness
+/// signal a test can await (a counter inside the sidecar, a request at the backend).
+pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    within(what, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await
+}
+
 // ---- the sidecar -------------------------------------------------------------------------
 
 /// A running sidecar.
