@@ -462,7 +462,13 @@ async fn over_max_runs_completed_runs_go_first_then_new_turns_pass_through_unrec
     let be2 = held_backend(&held).await;
     let tether2 = sidecar(be2.addr, "[limits]\nmax_runs = 1\n").await;
     let (_run, _client) = started(&tether2, "busy", &[]).await;
-    let addr = tether2.addr;
+    assert_next_turn_passes_through_unrecorded(&tether2, &be2, &held).await;
+}
+
+/// With a run held open at the backend, a turn for another chat is forwarded and relayed
+/// unchanged, and counted as unrecorded.
+async fn assert_next_turn_passes_through_unrecorded(tether: &Sidecar, be: &Backend, held: &Gate) {
+    let addr = tether.addr;
     let other = tokio::spawn(async move {
         post(addr, "/chat", &chat("other"))
             .await
@@ -470,11 +476,11 @@ async fn over_max_runs_completed_runs_go_first_then_new_turns_pass_through_unrec
             .await
     });
     // Both turns are at the backend before either may finish.
-    eventually("both turns forwarded", || be2.requests.lock().len() >= 2).await;
+    eventually("both turns forwarded", || be.requests.lock().len() >= 2).await;
     held.open();
     let raw = within("unrecorded turn", other).await.unwrap();
     assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");
-    assert_eq!(tether2.metric("tether_runs_unrecorded_total").await, 1.0);
+    assert_eq!(tether.metric("tether_runs_unrecorded_total").await, 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -484,18 +490,7 @@ async fn over_max_recorded_bytes_a_new_turn_passes_through_unrecorded() {
     // The first run alone holds more than the cap once it has a few events.
     let tether = sidecar(be.addr, "[limits]\nmax_recorded_bytes = 200\n").await;
     let (_run, _client) = started(&tether, "big", &[]).await;
-    let addr = tether.addr;
-    let other = tokio::spawn(async move {
-        post(addr, "/chat", &chat("other"))
-            .await
-            .body_to_end()
-            .await
-    });
-    eventually("both turns forwarded", || be.requests.lock().len() >= 2).await;
-    held.open();
-    let raw = within("unrecorded turn", other).await.unwrap();
-    assert!(raw.starts_with(b"data: {"), "the upstream bytes, unchanged");
-    assert_eq!(tether.metric("tether_runs_unrecorded_total").await, 1.0);
+    assert_next_turn_passes_through_unrecorded(&tether, &be, &held).await;
     assert_eq!(
         post(tether.addr, "/chat/live", &chat("other")).await.status,
         204

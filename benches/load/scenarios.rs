@@ -396,21 +396,34 @@ async fn resume(bin: &str, p: &Producer, n: u64, rate: u64) -> Vec<Row> {
     }]
 }
 
+/// Starts a run of `n` events of `size` bytes on `chat` that stays live after its last event
+/// (`hold=1`), and reads it to that event. The connection must stay open until the producer is
+/// released.
+async fn held_run(
+    addr: SocketAddr,
+    chat: &str,
+    n: u64,
+    size: usize,
+) -> Option<(client::Conn, Seen)> {
+    let (a, path, body) = request(
+        Via::Tether,
+        addr,
+        chat,
+        &format!("n={n}&size={size}&hold=1"),
+    );
+    let mut c = client::open(a, "POST", &path, &body).await.ok()?;
+    let mut seen = Seen::default();
+    c.read_until(&mut seen, false, |s| s.last_i >= n).await;
+    Some((c, seen))
+}
+
 /// Scenario 5: `observers` attach at once to one run whose snapshot is about `mib` MiB.
 async fn storm(bin: &str, p: &Producer, observers: usize, mib: usize) -> Vec<Row> {
     let tether = targets::tether(bin, p.addr, &[]);
     let n = (mib * 1024) as u64;
-    let (a, path, body) = request(
-        Via::Tether,
-        tether.addr,
-        "s5",
-        &format!("n={n}&size={KIB_PAD}&hold=1"),
-    );
-    let mut origin = Seen::default();
-    let Ok(mut c) = client::open(a, "POST", &path, &body).await else {
+    let Some((mut c, mut origin)) = held_run(tether.addr, "s5", n, KIB_PAD).await else {
         return Vec::new();
     };
-    c.read_until(&mut origin, false, |s| s.last_i >= n).await;
     // Learn the snapshot's size once, then let everyone in at once.
     let probe = client::open(
         tether.addr,
@@ -484,17 +497,9 @@ async fn storm(bin: &str, p: &Producer, observers: usize, mib: usize) -> Vec<Row
 async fn cold(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
     let tether = targets::tether(bin, p.addr, &[]);
     let pad = 6;
-    let (a, path, body) = request(
-        Via::Tether,
-        tether.addr,
-        "s6",
-        &format!("n={n}&size={pad}&hold=1"),
-    );
-    let mut origin = Seen::default();
-    let Ok(mut c) = client::open(a, "POST", &path, &body).await else {
+    let Some((mut c, mut origin)) = held_run(tether.addr, "s6", n, pad).await else {
         return Vec::new();
     };
-    c.read_until(&mut origin, false, |s| s.last_i >= n).await;
     let t = Instant::now();
     let size = match client::open(
         tether.addr,
