@@ -23,13 +23,11 @@
 //!
 //! The pure core imports nothing from Pingora and no network types.
 
-pub mod admin;
 pub mod attach;
 pub mod auth;
 pub mod compact;
 pub mod config;
 pub mod control;
-pub mod demo;
 pub mod event;
 pub mod frames;
 pub mod metrics;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use tether::config::{Config, Flags};
-use tether::demo::DemoOptions;
+use tether::server::demo::DemoOptions;
 
 /// Exit status for an invalid configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;

@@ -7,6 +7,10 @@
 //! in one process, and a drain ends as soon as the last run has ended rather than after a fixed
 //! grace period.
 
+pub mod admin;
+pub mod demo;
+mod small_app;
+
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -21,10 +25,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::Admin;
+use admin::Admin;
 use crate::auth::Auth;
 use crate::config::Config;
-use crate::demo::{Demo, DemoOptions};
+use demo::{Demo, DemoOptions};
 use crate::metrics::Metrics;
 use crate::proxy::{Shared, Sidecar};
 use crate::registry::Registry;
@@ -261,43 +265,5 @@ impl Handle {
         for t in self.tasks {
             t.abort();
         }
-    }
-}
-
-/// A tiny helper for the admin and demo apps: the pieces of `pingora_core` they share.
-pub(crate) mod http_app {
-    use bytes::Bytes;
-    use pingora_core::protocols::http::ServerSession;
-    use pingora_http::ResponseHeader;
-
-    /// Writes a whole response with a body.
-    pub async fn respond(
-        s: &mut ServerSession,
-        status: u16,
-        content_type: &str,
-        body: Bytes,
-    ) -> bool {
-        let Ok(mut h) = ResponseHeader::build(status, Some(2)) else {
-            return false;
-        };
-        if h.insert_header("content-type", content_type).is_err()
-            || h.insert_header("content-length", body.len().to_string())
-                .is_err()
-        {
-            return false;
-        }
-        s.write_response_header(Box::new(h)).await.is_ok()
-            && s.write_response_body(body, true).await.is_ok()
-    }
-
-    /// Ends a request of a small app, keeping the connection for the next one when it can.
-    pub async fn finish(mut s: ServerSession) -> Option<pingora_core::apps::ReusedHttpStream> {
-        s.set_keepalive(Some(60));
-        let settings = pingora_core::apps::HttpPersistentSettings::for_session(&s);
-        s.finish()
-            .await
-            .ok()
-            .flatten()
-            .map(|r| pingora_core::apps::ReusedHttpStream::from_reusable_stream(r, settings))
     }
 }

@@ -437,7 +437,7 @@ async fn the_demo_backend_turn_records_and_recovers() {
         tether::config::parse_file("[server]\nlisten=\"127.0.0.1:0\"\nadmin=\"127.0.0.1:0\"\n")
             .unwrap();
     let cfg = tether::config::Config::from_parts(file, &tether::config::Flags::default()).unwrap();
-    let opts = tether::demo::DemoOptions {
+    let opts = tether::server::demo::DemoOptions {
         tokens: 12,
         pace: std::time::Duration::ZERO,
     };
@@ -452,7 +452,7 @@ async fn the_demo_backend_turn_records_and_recovers() {
         .filter(|f| f.ty() == "STREAM_EVENT")
         .map(|f| f.json["event"].clone())
         .collect();
-    assert_eq!(events, tether::demo::turn("demo", 1, 12));
+    assert_eq!(events, tether::server::demo::turn("demo", 1, 12));
     assert_eq!(f.last().unwrap().json["persisted"], true);
     let demo = &handle.demo.as_ref().unwrap().1;
     assert_eq!(

@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use tether::config::{parse_file, Flags};
-use tether::demo::DemoOptions;
+use tether::server::demo::DemoOptions;
 use tether::server::Handle;
 
 /// Upper bound on any single wait in a test, so a bug fails instead of hanging.

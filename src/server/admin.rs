@@ -11,7 +11,7 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::server::ShutdownWatch;
 
 use crate::proxy::Shared;
-use crate::server::http_app::{finish, respond};
+use super::small_app::{finish, respond};
 
 /// The admin HTTP app.
 pub struct Admin {

@@ -18,7 +18,7 @@ use pingora_core::server::ShutdownWatch;
 use pingora_http::ResponseHeader;
 use serde_json::{json, Value};
 
-use crate::server::http_app::{finish, respond};
+use super::small_app::{finish, respond};
 
 /// Words the demo's text deltas cycle through (multi-byte and astral characters included).
 const WORDS: [&str; 12] = [
