@@ -3,9 +3,13 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tether::event::{classify, Event};
-use tether::frames;
-use tether::run::{Run, DEFAULT_WINDOW};
+use tether::config::Commit;
+use tether::dialect::protocol1;
+use tether::format::agui::Agui;
+use tether::format::Event;
+use tether::ingest::Ingest;
+use tether::journal::memory::DEFAULT_WINDOW;
+use tether::run::Run;
 use tether::sse::{Decoded, Decoder};
 
 /// Upstream SSE bytes of `n` text deltas of `len` bytes each, cut into reads of `read` bytes.
@@ -26,18 +30,10 @@ fn upstream(n: usize, delta_len: impl Fn(usize) -> usize, read: usize) -> Vec<By
 /// The whole recording path, as the producer runs it: one batch per upstream read.
 fn record(chunks: &[Bytes]) -> Run {
     let run = Run::new("run-0123456789abcdef", DEFAULT_WINDOW);
-    let mut dec = Decoder::new(8 << 20);
-    let mut decoded = Vec::new();
+    let mut ingest = Ingest::new(&Agui, Commit::Eof, 8 << 20);
     let mut batch: Vec<Event> = Vec::new();
     for c in chunks {
-        decoded.clear();
-        batch.clear();
-        dec.feed(c, &mut decoded);
-        for d in &decoded {
-            if let Decoded::Event(e) = d {
-                batch.push(classify(e));
-            }
-        }
+        ingest.feed(c, &mut batch);
         run.append(&batch);
     }
     run
@@ -95,7 +91,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("snapshot_serialize", |b| {
         b.iter_batched(
             || cap.clone(),
-            |cap| frames::snapshot("r", cap.seq, &cap.history),
+            |cap| protocol1::snapshot("r", cap.seq, &cap.history),
             BatchSize::SmallInput,
         )
     });

@@ -1,107 +1,107 @@
-//! Attach routes: parse the request, decide per the attach table (`observer::decide`), wait or
-//! record on a miss, and serve the client as an observer. A request without `"protocol": 1` goes
-//! to the backend unchanged.
+//! The attach policy: what an attach request gets (the attach table), and waiting for a run
+//! when the chat has none yet. The edge (`proxy/attach.rs`) serves the decision.
 
-use log::{debug, info};
-use pingora_proxy::Session;
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::auth::Auth;
-use crate::config::{OnMiss, Route};
-use crate::observer::{self, Decision, Start};
-use crate::proxy::{header_value, read_body, write_sse_header, Handled, Sidecar};
-use crate::registry::mint_run_id;
-use crate::request::{self, ApiError};
+use crate::auth::Owner;
+use crate::journal::CursorMiss;
+use crate::metrics::ResetReason;
+use crate::observer::Start;
+use crate::registry::Registry;
+use crate::run::Run;
 
-impl Sidecar {
-    /// `kind = "attach"`: serve the chat's run from the buffer.
-    pub(crate) async fn attach(&self, session: &mut Session, route: &Route) -> Handled {
-        let s = &self.shared;
-        let max_wait = s.cfg.recorder.max_wait.0;
-        let is_get = session.req_header().method == http::Method::GET;
-        let (req, body) = if is_get {
-            let q = session.req_header().uri.query().map(str::to_string);
-            let last = header_value(session, "last-event-id");
-            match request::attach_get(q.as_deref(), last.as_deref(), max_wait) {
-                Ok(r) => (r, bytes::Bytes::new()),
-                Err(e) => return Handled::Error(e),
-            }
-        } else {
-            let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
-                Ok(b) => b,
-                Err(h) => return h,
+/// What an attach request gets.
+#[derive(Debug, Clone)]
+pub enum Decision {
+    /// 204: nothing to show.
+    NoContent,
+    /// The chat has no run yet: wait for one (up to `wait_ms`), or record one (`on_miss`).
+    Missing,
+    /// Serve `run` from `start`; `reset` names why a replacement snapshot was sent.
+    Serve {
+        /// The run to serve.
+        run: Arc<Run>,
+        /// Where to start.
+        start: Start,
+        /// The `tether_snapshot_resets_total` reason, when the cursor could not be honoured.
+        reset: Option<ResetReason>,
+    },
+}
+
+/// Decides an attach (DESIGN, attach table) for the chat at `scope` as seen by `owner`. A
+/// `run_id` without `after_seq` counts as cursor 0.
+pub fn decide(
+    registry: &Registry,
+    scope: &str,
+    owner: &Owner,
+    run_id: Option<&str>,
+    after: Option<u64>,
+) -> Decision {
+    let current = registry.current(scope, owner);
+    let replacement = |reason| match &current {
+        Some(c) => Decision::Serve {
+            run: c.clone(),
+            start: Start::Snapshot,
+            reset: Some(reason),
+        },
+        None => Decision::NoContent,
+    };
+    if let Some(run_id) = run_id {
+        let after = after.unwrap_or(0);
+        return match registry.find(scope, owner, run_id) {
+            None => replacement(ResetReason::UnknownRun),
+            Some(r) => match r.read_after(after, 0) {
+                Ok(_) => Decision::Serve {
+                    run: r,
+                    start: Start::After(after),
+                    reset: None,
+                },
+                Err(CursorMiss::Ahead) => replacement(ResetReason::FutureCursor),
+                Err(CursorMiss::Expired) => replacement(ResetReason::ExpiredCursor),
+            },
+        };
+    }
+    match current {
+        None => Decision::Missing,
+        Some(c) => match c.end() {
+            Some(end) if end.persisted => Decision::NoContent,
+            _ => Decision::Serve {
+                run: c,
+                start: Start::Snapshot,
+                reset: None,
+            },
+        },
+    }
+}
+
+/// Waits up to `wait` for the chat to get a run. The run that appears is served from a snapshot
+/// even if it completed before this waiter got to it: the client asked for that turn.
+pub async fn wait_for_run(
+    registry: &Registry,
+    scope: &str,
+    owner: &Owner,
+    wait: Duration,
+) -> Decision {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut rx = registry.subscribe();
+    loop {
+        rx.borrow_and_update();
+        if let Some(run) = registry.current(scope, owner) {
+            return Decision::Serve {
+                run,
+                start: Start::Snapshot,
+                reset: None,
             };
-            match request::attach_post(&route.chat_id, &body, max_wait) {
-                Ok(r) => (r, body),
-                Err(e) => return Handled::Error(e),
-            }
-        };
-        if !req.protocol1 {
-            // A legacy attach goes to the backend unchanged, unrecorded.
-            return self.forward_unrecorded(session, body).await.1;
         }
-        let owner = match self.owner(session) {
-            Ok(o) => o,
-            Err(h) => return h,
-        };
-        let scope = Auth::scope(&owner, &req.chat_id);
-        let mut decision = observer::decide(
-            &s.registry,
-            &scope,
-            &owner,
-            req.run_id.as_deref(),
-            req.after_seq,
-        );
-        if matches!(decision, Decision::Missing) {
-            let mut wait = req.wait;
-            if route.on_miss == OnMiss::Record {
-                let run_id = mint_run_id();
-                if let Some(pending) = s.registry.begin_attach_record(&scope, owner, &run_id) {
-                    info!(
-                        "attach for chat {:?} found no run; recording the backend's live stream",
-                        req.chat_id
-                    );
-                    return self
-                        .run_upstream(session, route, pending, run_id, body, false)
-                        .await;
-                }
-                // Another attach is fetching it: wait for that run to go live.
-                wait = max_wait.max(req.wait);
-            }
-            decision = observer::wait_for_run(&s.registry, &scope, &owner, wait).await;
-        }
-        match decision {
-            Decision::NoContent | Decision::Missing => {
-                s.metrics.attach.with_label_values(&["no_content"]).inc();
-                debug!("attach chat {:?}: 204", req.chat_id);
-                Handled::Json(204, None)
-            }
-            Decision::Serve { run, start, reset } => {
-                if run.observers() >= s.cfg.limits.max_observers_per_run {
-                    return Handled::Error(ApiError {
-                        status: 429,
-                        code: "too_many_observers",
-                        message: "this run has as many observers as it may".into(),
-                    });
-                }
-                if let Some(reason) = reset {
-                    s.metrics.snapshot_resets.with_label_values(&[reason]).inc();
-                }
-                let result = match start {
-                    Start::After(c) if run.end().is_some_and(|e| e.seq == c) => "end_only",
-                    Start::After(_) => "replay",
-                    _ => "snapshot",
-                };
-                s.metrics.attach.with_label_values(&[result]).inc();
-                debug!(
-                    "attach chat {:?}: run {} {result} reset {reset:?}",
-                    req.chat_id,
-                    run.id()
-                );
-                if !write_sse_header(session, run.id()).await {
-                    return Handled::Abort;
-                }
-                self.observe(session, &run, start, None).await
-            }
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
+            return Decision::NoContent;
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

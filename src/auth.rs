@@ -9,7 +9,7 @@
 use http::HeaderMap;
 
 use crate::config::Subject;
-use crate::request::ApiError;
+use crate::error::{ApiError, Code};
 
 /// A caller's identity: the keyed hash of its subject, or none when auth is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,18 +56,17 @@ impl Auth {
                 .get_all("cookie")
                 .iter()
                 .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(';'))
-                .filter_map(|kv| kv.trim().split_once('='))
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_bytes().to_vec()),
+                .flat_map(cookie::Cookie::split_parse)
+                .filter_map(Result::ok)
+                .find(|c| c.name() == name)
+                .map(|c| c.value().as_bytes().to_vec()),
         };
         match value.filter(|v| !v.is_empty()) {
             Some(v) => Ok(Owner(Some(blake3::keyed_hash(&self.key, &v)))),
-            None => Err(ApiError {
-                status: 401,
-                code: "unauthenticated",
-                message: "this request carries no caller identity".into(),
-            }),
+            None => Err(ApiError::new(
+                Code::Unauthenticated,
+                "this request carries no caller identity",
+            )),
         }
     }
 
@@ -101,7 +100,7 @@ mod tests {
         assert!(!a.is(&b));
         assert_ne!(Auth::scope(&a, "c"), Auth::scope(&b, "c"));
         assert!(!Auth::scope(&a, "c").contains("alice"));
-        assert_eq!(auth.owner(&headers(&[])).unwrap_err().status, 401);
+        assert_eq!(auth.owner(&headers(&[])).unwrap_err().status(), 401);
     }
 
     #[test]

@@ -11,28 +11,10 @@ use std::time::Duration;
 use clap::Parser;
 use serde::Deserialize;
 
-/// An invalid configuration: the key at fault and what is wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The dotted key (`recorder.window`, `routes[2].path`, …) or the file.
-    pub key: String,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "invalid configuration: {}: {}", self.key, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::error::ConfigError;
 
 fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError {
-        key: key.into(),
-        message: message.into(),
-    }
+    ConfigError::new(key, message)
 }
 
 /// A duration written as `15s`, `5m`, `300ms`, `1h 30m` (humantime syntax).
@@ -128,7 +110,7 @@ pub struct Recorder {
 impl Default for Recorder {
     fn default() -> Self {
         Recorder {
-            window: crate::run::DEFAULT_WINDOW,
+            window: crate::journal::memory::DEFAULT_WINDOW,
             retention: Dur(Duration::from_secs(300)),
             max_chats: 64,
             max_body_bytes: 1 << 20,

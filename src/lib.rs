@@ -4,37 +4,39 @@
 //! client ──POST /chat──▶ proxy ──spawn──▶ producer ──HTTP──▶ backend (unchanged)
 //!                          │                 │ bytes
 //!                          │                 ▼
-//!                          │            SSE decoder ──events──▶ run log ──┬─ window (encoded frames)
-//!                          │                                              └─ compacted snapshot
-//! client ──POST /chat/live─┴──────────▶ observer ◀──cursor / wakeups── run log
-//!                                          └──▶ STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client
+//!                          │     ingest: SSE decoder → format ──events──▶ journal ──┬─ window (encoded frames)
+//!                          │                                                        └─ compacted snapshot
+//! client ──POST /chat/live─┴──▶ attach policy ──▶ observer ◀──cursor / wake-ups── journal
+//!                                                    └──▶ dialect: STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client
 //! ```
 //!
 //! The modules, in data-flow order (declared below in rustfmt's alphabetical order):
 //!
 //! | stage | modules |
 //! |---|---|
-//! | pure core: bytes in, frames out | [`sse`] → [`event`] → [`compact`] → [`frames`] → [`run`] |
-//! | who may see what | [`auth`] → [`registry`] |
-//! | requests | [`request`] → [`proxy`] → [`record`] / [`attach`] / [`control`] |
-//! | upstream | [`upstream`] → [`producer`] |
-//! | downstream | [`observer`] |
-//! | process | [`config`] → [`server`] → [`admin`], [`metrics`], [`demo`] |
+//! | pure core: bytes in, frames out | [`sse`] → [`format`] → [`compact`] → [`ingest`] → [`journal`] → [`dialect`] |
+//! | pure core: requests and answers | [`request`], [`attach`] (policy), [`error`], [`json`] |
+//! | state | [`auth`] → [`registry`] → [`run`] |
+//! | edges | [`proxy`] (Pingora adapter) → [`upstream`] (backend client and producer) / [`observer`] (write loop) |
+//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`] |
 //!
 //! The pure core imports nothing from Pingora and no network types.
+
+#![forbid(unsafe_code)]
 
 pub mod attach;
 pub mod auth;
 pub mod compact;
 pub mod config;
-pub mod control;
-pub mod event;
-pub mod frames;
+pub mod dialect;
+pub mod error;
+pub mod format;
+pub mod ingest;
+pub mod journal;
+pub mod json;
 pub mod metrics;
 pub mod observer;
-pub mod producer;
 pub mod proxy;
-pub mod record;
 pub mod registry;
 pub mod request;
 pub mod run;

@@ -1,11 +1,149 @@
 //! Prometheus metric families. Each sidecar owns one [`Metrics`] with its own registry, so
 //! several sidecars in one process (the tests) never share values. Labels are bounded sets,
-//! never a run or chat id.
+//! never a run or chat id: each labelled family takes a label enum ([`Label`]), and every value
+//! of it is exported at zero from the start, so a scrape before the first request sees every
+//! family.
+
+use std::marker::PhantomData;
 
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
+
+use crate::error::UpstreamErrorKind;
+
+/// A bounded set of label values for one metric family.
+pub trait Label: Copy + 'static {
+    /// Every value, exported at zero from the start.
+    fn all() -> &'static [Self];
+    /// The label value.
+    fn as_str(self) -> &'static str;
+}
+
+/// Declares a label enum: the variants, their label strings, `ALL` and `as_str()`.
+macro_rules! label_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $var:ident => $s:literal,)+ }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $var,)+ }
+
+        impl $name {
+            /// Every value, in label order.
+            pub const ALL: &'static [$name] = &[$($name::$var,)+];
+
+            /// The value as it appears in JSON and in metric labels.
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$var => $s,)+ }
+            }
+        }
+
+        impl $crate::metrics::Label for $name {
+            fn all() -> &'static [Self] {
+                Self::ALL
+            }
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
+            }
+        }
+    };
+}
+pub(crate) use label_enum;
+
+impl Label for UpstreamErrorKind {
+    fn all() -> &'static [Self] {
+        UpstreamErrorKind::ALL
+    }
+    fn as_str(self) -> &'static str {
+        UpstreamErrorKind::as_str(self)
+    }
+}
+
+label_enum! {
+    /// `tether_runs_finished_total{outcome}`: how a run ended.
+    pub enum Outcome {
+        /// The backend's answer was saved.
+        Persisted => "persisted",
+        /// It was not (reset, timeout, no terminal event, …).
+        NotPersisted => "not_persisted",
+        /// A newer run of the chat replaced it.
+        Superseded => "superseded",
+        /// A stop route stopped it.
+        Cancelled => "cancelled",
+    }
+}
+
+label_enum! {
+    /// `tether_attach_total{result}`: how an attach was answered.
+    pub enum AttachResult {
+        /// A snapshot, then the live tail.
+        Snapshot => "snapshot",
+        /// The events after the cursor, from the window.
+        Replay => "replay",
+        /// 204: nothing to attach to.
+        NoContent => "no_content",
+        /// The cursor was the ended run's last seq: just `STREAM_END`.
+        EndOnly => "end_only",
+    }
+}
+
+label_enum! {
+    /// `tether_snapshot_resets_total{reason}`: why a replacement snapshot was sent.
+    pub enum ResetReason {
+        /// The observer fell out of the window.
+        Lagged => "lagged",
+        /// The cursor's events have left the window.
+        ExpiredCursor => "expired_cursor",
+        /// The cursor's run is not known.
+        UnknownRun => "unknown_run",
+        /// The cursor is past the run's head.
+        FutureCursor => "future_cursor",
+    }
+}
+
+label_enum! {
+    /// `tether_runs_evicted_total{reason}`: why a completed run was dropped.
+    pub enum EvictReason {
+        /// Its retention passed.
+        Expired => "expired",
+        /// Room was needed (`max_chats`, `max_runs`, `max_recorded_bytes`).
+        Capacity => "capacity",
+    }
+}
+
+label_enum! {
+    /// `tether_events_dropped_total{reason}`: why an upstream event was not recorded.
+    pub enum DropReason {
+        /// It was over `max_event_bytes`.
+        Oversized => "oversized",
+        /// It arrived after the run had ended for its observers (superseded).
+        AfterEnd => "after_end",
+    }
+}
+
+/// A counter family with one label from the bounded set `L`.
+#[derive(Debug, Clone)]
+pub struct Counters<L> {
+    vec: IntCounterVec,
+    _label: PhantomData<L>,
+}
+
+impl<L: Label> Counters<L> {
+    /// The counter of `label`.
+    pub fn get(&self, label: L) -> IntCounter {
+        self.vec.with_label_values(&[label.as_str()])
+    }
+
+    /// Adds one to `label`.
+    pub fn inc(&self, label: L) {
+        self.get(label).inc();
+    }
+
+    /// Adds `n` to `label`.
+    pub fn inc_by(&self, label: L, n: u64) {
+        self.get(label).inc_by(n);
+    }
+}
 
 /// Every family tether exports.
 #[derive(Debug, Clone)]
@@ -15,14 +153,14 @@ pub struct Metrics {
     pub runs_active: IntGauge,
     /// `tether_runs_started_total{route}`.
     pub runs_started: IntCounterVec,
-    /// `tether_runs_finished_total{outcome}`: persisted, not_persisted, superseded, cancelled.
-    pub runs_finished: IntCounterVec,
+    /// `tether_runs_finished_total{outcome}`.
+    pub runs_finished: Counters<Outcome>,
     /// `tether_observers_active`.
     pub observers_active: IntGauge,
-    /// `tether_attach_total{result}`: snapshot, replay, no_content, end_only.
-    pub attach: IntCounterVec,
-    /// `tether_snapshot_resets_total{reason}`: lagged, expired_cursor, unknown_run, future_cursor.
-    pub snapshot_resets: IntCounterVec,
+    /// `tether_attach_total{result}`.
+    pub attach: Counters<AttachResult>,
+    /// `tether_snapshot_resets_total{reason}`.
+    pub snapshot_resets: Counters<ResetReason>,
     /// `tether_observer_lag_events`: head seq minus the seq just written, at each write.
     pub observer_lag: Histogram,
     /// `tether_delivery_delay_seconds`: upstream arrival to write to an observer.
@@ -31,14 +169,14 @@ pub struct Metrics {
     pub upstream_events: IntCounter,
     /// `tether_upstream_bytes_total`.
     pub upstream_bytes: IntCounter,
-    /// `tether_upstream_errors_total{kind}`: connect, timeout, reset, status, protocol.
-    pub upstream_errors: IntCounterVec,
+    /// `tether_upstream_errors_total{kind}`.
+    pub upstream_errors: Counters<UpstreamErrorKind>,
     /// `tether_recorded_bytes`: memory held by windows and snapshots.
     pub recorded_bytes: IntGauge,
-    /// `tether_runs_evicted_total{reason}`: expired, capacity.
-    pub runs_evicted: IntCounterVec,
-    /// `tether_events_dropped_total{reason}`: oversized, after_end.
-    pub events_dropped: IntCounterVec,
+    /// `tether_runs_evicted_total{reason}`.
+    pub runs_evicted: Counters<EvictReason>,
+    /// `tether_events_dropped_total{reason}`.
+    pub events_dropped: Counters<DropReason>,
     /// `tether_snapshot_serialize_seconds`.
     pub snapshot_serialize: Histogram,
     /// `tether_unobserved_events_total`: events recorded while no client was attached.
@@ -48,21 +186,23 @@ pub struct Metrics {
     pub runs_unrecorded: IntCounter,
 }
 
-fn counter_vec(
-    reg: &Registry,
-    name: &str,
-    help: &str,
-    label: &str,
-    values: &[&str],
-) -> IntCounterVec {
+fn counter_vec(reg: &Registry, name: &str, help: &str, label: &str) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric definition");
     reg.register(Box::new(c.clone()))
         .expect("unique metric name");
-    // Export every label value from the start, at zero.
-    for v in values {
-        c.with_label_values(&[v]);
-    }
     c
+}
+
+fn counters<L: Label>(reg: &Registry, name: &str, help: &str, label: &str) -> Counters<L> {
+    let vec = counter_vec(reg, name, help, label);
+    // Export every label value from the start, at zero.
+    for v in L::all() {
+        vec.with_label_values(&[v.as_str()]);
+    }
+    Counters {
+        vec,
+        _label: PhantomData,
+    }
 }
 
 fn counter(reg: &Registry, name: &str, help: &str) -> IntCounter {
@@ -113,29 +253,25 @@ impl Metrics {
                 "tether_runs_started_total",
                 "Runs recorded, by route",
                 "route",
-                &[],
             ),
-            runs_finished: counter_vec(
+            runs_finished: counters::<Outcome>(
                 &r,
                 "tether_runs_finished_total",
                 "Runs ended, by outcome",
                 "outcome",
-                &["persisted", "not_persisted", "superseded", "cancelled"],
             ),
             observers_active: gauge(&r, "tether_observers_active", "Clients reading a run"),
-            attach: counter_vec(
+            attach: counters::<AttachResult>(
                 &r,
                 "tether_attach_total",
                 "Attach answers, by how the observer started",
                 "result",
-                &["snapshot", "replay", "no_content", "end_only"],
             ),
-            snapshot_resets: counter_vec(
+            snapshot_resets: counters::<ResetReason>(
                 &r,
                 "tether_snapshot_resets_total",
                 "Replacement snapshots sent instead of replay, by reason",
                 "reason",
-                &["lagged", "expired_cursor", "unknown_run", "future_cursor"],
             ),
             observer_lag: histogram(
                 &r,
@@ -159,31 +295,28 @@ impl Metrics {
                 "tether_upstream_bytes_total",
                 "Body bytes read from recorded upstreams",
             ),
-            upstream_errors: counter_vec(
+            upstream_errors: counters::<UpstreamErrorKind>(
                 &r,
                 "tether_upstream_errors_total",
                 "Upstream failures, by kind",
                 "kind",
-                &["connect", "timeout", "reset", "status", "protocol"],
             ),
             recorded_bytes: gauge(
                 &r,
                 "tether_recorded_bytes",
                 "Bytes held by replay windows and snapshots",
             ),
-            runs_evicted: counter_vec(
+            runs_evicted: counters::<EvictReason>(
                 &r,
                 "tether_runs_evicted_total",
                 "Completed runs dropped from the registry, by reason",
                 "reason",
-                &["expired", "capacity"],
             ),
-            events_dropped: counter_vec(
+            events_dropped: counters::<DropReason>(
                 &r,
                 "tether_events_dropped_total",
                 "Upstream events not recorded, by reason",
                 "reason",
-                &["oversized", "after_end"],
             ),
             snapshot_serialize: histogram(
                 &r,
@@ -202,6 +335,14 @@ impl Metrics {
                 "Turns passed through unrecorded because the recorder was full",
             ),
             registry: r,
+        }
+    }
+
+    /// Exports `tether_runs_started_total{route}` at zero for every route that starts runs, so a
+    /// scrape before the first turn already has the family.
+    pub fn seed_routes<'a>(&self, routes: impl IntoIterator<Item = &'a str>) {
+        for route in routes {
+            self.runs_started.with_label_values(&[route]);
         }
     }
 

@@ -1,23 +1,24 @@
-//! Observers: the attach decision for one request, and the write loop that serves one client
-//! from a run (snapshot or replay, live tail, then exactly one `STREAM_END`).
+//! Observers: the write loop that serves one client from a run (snapshot or replay, live tail,
+//! then exactly one `STREAM_END`).
 //!
 //! The loop reads by cursor; it never consumes from a shared queue. Each wake-up writes every
 //! frame available since the cursor in one write. An observer that falls out of the window is
 //! reset with a fresh snapshot; a client that leaves, even while idle, ends only its observer.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use log::debug;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use crate::auth::Owner;
 use crate::compact::Capture;
-use crate::frames;
-use crate::metrics::Metrics;
-use crate::registry::Registry;
-use crate::run::{CursorMiss, ObserverGuard, Run};
+use crate::dialect::protocol1::Protocol1;
+use crate::dialect::Dialect;
+use crate::metrics::{Metrics, ResetReason};
+use crate::run::{ObserverGuard, Run};
 use crate::sse::KEEPALIVE;
 
 /// Frames gathered into one write at most.
@@ -41,98 +42,6 @@ pub enum Start {
     Fresh,
     /// With the events after this cursor, from the window.
     After(u64),
-}
-
-/// What an attach request gets.
-#[derive(Debug, Clone)]
-pub enum Decision {
-    /// 204: nothing to show.
-    NoContent,
-    /// The chat has no run yet: wait for one (up to `wait_ms`), or record one (`on_miss`).
-    Missing,
-    /// Serve `run` from `start`; `reset` names why a replacement snapshot was sent.
-    Serve {
-        /// The run to serve.
-        run: Arc<Run>,
-        /// Where to start.
-        start: Start,
-        /// The `tether_snapshot_resets_total` reason, when the cursor could not be honoured.
-        reset: Option<&'static str>,
-    },
-}
-
-/// Decides an attach (DESIGN, attach table) for the chat at `scope` as seen by `owner`. A
-/// `run_id` without `after_seq` counts as cursor 0.
-pub fn decide(
-    registry: &Registry,
-    scope: &str,
-    owner: &Owner,
-    run_id: Option<&str>,
-    after: Option<u64>,
-) -> Decision {
-    let current = registry.current(scope, owner);
-    let replacement = |reason| match &current {
-        Some(c) => Decision::Serve {
-            run: c.clone(),
-            start: Start::Snapshot,
-            reset: Some(reason),
-        },
-        None => Decision::NoContent,
-    };
-    if let Some(run_id) = run_id {
-        let after = after.unwrap_or(0);
-        return match registry.find(scope, owner, run_id) {
-            None => replacement("unknown_run"),
-            Some(r) => match r.read_after(after, 0) {
-                Ok(_) => Decision::Serve {
-                    run: r,
-                    start: Start::After(after),
-                    reset: None,
-                },
-                Err(CursorMiss::Ahead) => replacement("future_cursor"),
-                Err(CursorMiss::Expired) => replacement("expired_cursor"),
-            },
-        };
-    }
-    match current {
-        None => Decision::Missing,
-        Some(c) => match c.end() {
-            Some(end) if end.persisted => Decision::NoContent,
-            _ => Decision::Serve {
-                run: c,
-                start: Start::Snapshot,
-                reset: None,
-            },
-        },
-    }
-}
-
-/// Waits up to `wait` for the chat to get a run. The run that appears is served from a snapshot
-/// even if it completed before this waiter got to it: the client asked for that turn.
-pub async fn wait_for_run(
-    registry: &Registry,
-    scope: &str,
-    owner: &Owner,
-    wait: Duration,
-) -> Decision {
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut rx = registry.subscribe();
-    loop {
-        rx.borrow_and_update();
-        if let Some(run) = registry.current(scope, owner) {
-            return Decision::Serve {
-                run,
-                start: Start::Snapshot,
-                reset: None,
-            };
-        }
-        if tokio::time::timeout_at(deadline, rx.changed())
-            .await
-            .is_err()
-        {
-            return Decision::NoContent;
-        }
-    }
 }
 
 /// How one observer ended.
@@ -162,11 +71,11 @@ pub async fn serve<S: Sink>(
     guard: Option<ObserverGuard>,
     opts: &Options,
     metrics: &Metrics,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
+    shutdown: &CancellationToken,
 ) -> Outcome {
     let _guard = guard.unwrap_or_else(|| run.observe());
     metrics.observers_active.inc();
-    let outcome = write_loop(sink, run, start, opts, metrics, &mut shutdown).await;
+    let outcome = write_loop(sink, run, start, opts, metrics, shutdown).await;
     metrics.observers_active.dec();
     debug!("observer of run {} ended: {outcome:?}", run.id());
     outcome
@@ -189,13 +98,13 @@ async fn write_loop<S: Sink>(
     start: Start,
     opts: &Options,
     metrics: &Metrics,
-    shutdown: &mut tokio::sync::watch::Receiver<bool>,
+    shutdown: &CancellationToken,
 ) -> Outcome {
     let mut rx = run.subscribe();
     let mut cursor = match start {
         Start::After(c) => c,
         Start::Fresh => {
-            let frame = frames::snapshot(run.id(), 0, &Capture::default());
+            let frame = Protocol1.snapshot(run.id(), 0, &Capture::default());
             if sink.send(frame).await.is_err() {
                 return Outcome::Gone;
             }
@@ -223,7 +132,7 @@ async fn write_loop<S: Sink>(
                         let mut out = BytesMut::with_capacity(len + 160);
                         frames.iter().for_each(|f| out.extend_from_slice(f));
                         if let Some(end) = end {
-                            out.extend_from_slice(&frames::end(run.id(), end));
+                            out.extend_from_slice(&Protocol1.end(run.id(), end));
                         }
                         out.freeze()
                     }
@@ -251,7 +160,7 @@ async fn write_loop<S: Sink>(
             }
             Err(_) => {
                 // Fell out of the window (a slow reader): reset from a fresh snapshot.
-                metrics.snapshot_resets.with_label_values(&["lagged"]).inc();
+                metrics.snapshot_resets.inc(ResetReason::Lagged);
                 debug!(
                     "observer of run {} lagged at {cursor}; reset by snapshot",
                     run.id()
@@ -272,11 +181,10 @@ async fn write_loop<S: Sink>(
                     return Outcome::Gone;
                 }
             }
-            _ = shutdown.changed() => return Outcome::Shutdown,
+            _ = shutdown.cancelled() => return Outcome::Shutdown,
         }
     }
 }
 
 #[cfg(test)]
-#[path = "observer_tests.rs"]
 mod tests;

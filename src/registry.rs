@@ -11,13 +11,13 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dashmap::DashMap;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::auth::Owner;
-use crate::metrics::Metrics;
 use crate::run::Run;
 
 /// Superseded runs kept per chat for cursor reads (the oldest goes first).
@@ -73,6 +73,28 @@ pub struct Swept {
     pub capacity: usize,
 }
 
+/// Which registrations a record request may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Always (a new run supersedes the chat's active one when it goes live).
+    Always,
+    /// Only while the chat has no active or pending run (`single_flight` routes).
+    SingleFlight,
+    /// Only for the first attach of a chat with no run (`on_miss = "record"`); the others wait
+    /// for that run.
+    AttachRecord,
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Busy {
+    /// The chat has this run active or pending (`SingleFlight`).
+    Running(String),
+    /// Another attach is already fetching the chat's live stream, or it has a run
+    /// (`AttachRecord`).
+    Fetching,
+}
+
 /// Chats and their runs.
 #[derive(Debug)]
 pub struct Registry {
@@ -84,7 +106,22 @@ pub struct Registry {
     last_sweep_ms: AtomicU64,
     runs: AtomicUsize,
     bytes: AtomicI64,
-    metrics: Metrics,
+    /// Told about every eviction (the sidecar counts them in its metrics).
+    on_evict: EvictHook,
+}
+
+/// What the registry tells about evictions.
+#[derive(Default)]
+struct EvictHook(std::sync::OnceLock<Box<dyn Fn(Swept) + Send + Sync>>);
+
+impl std::fmt::Debug for EvictHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "EvictHook(set)"
+        } else {
+            "EvictHook"
+        })
+    }
 }
 
 /// A record request in flight for a chat; dropping it ends the pending registration.
@@ -92,6 +129,7 @@ pub struct Registry {
 pub struct Pending {
     registry: Arc<Registry>,
     scope: String,
+    owner: Owner,
     run_id: String,
     attach: bool,
 }
@@ -118,7 +156,7 @@ impl Pending {
 impl Registry {
     /// An empty registry keeping completed runs for `retention`, and at most `max_chats` chats
     /// whose runs have all completed.
-    pub fn new(retention: Duration, max_chats: usize, metrics: Metrics) -> Arc<Self> {
+    pub fn new(retention: Duration, max_chats: usize) -> Arc<Self> {
         Arc::new(Registry {
             chats: DashMap::new(),
             live: watch::channel(0).0,
@@ -128,90 +166,72 @@ impl Registry {
             last_sweep_ms: AtomicU64::new(0),
             runs: AtomicUsize::new(0),
             bytes: AtomicI64::new(0),
-            metrics,
+            on_evict: EvictHook::default(),
         })
     }
 
     fn pending(self: &Arc<Self>, scope: &str, run_id: &str, attach: bool) -> Pending {
+        let owner = self.chats.get(scope).map(|c| c.owner).unwrap_or_default();
         Pending {
             registry: self.clone(),
             scope: scope.to_string(),
+            owner,
             run_id: run_id.to_string(),
             attach,
         }
     }
 
-    /// Registers a record request for run `run_id` of the chat before it is forwarded. A chat
-    /// owned by someone else is never touched: the scope already separates owners.
-    pub fn begin(self: &Arc<Self>, scope: &str, owner: Owner, run_id: &str) -> Pending {
-        self.maybe_sweep();
-        let mut chat = self
-            .chats
-            .entry(scope.to_string())
-            .or_insert_with(|| Chat::new(owner));
-        chat.pending.push(run_id.to_string());
-        drop(chat);
-        self.pending(scope, run_id, false)
-    }
-
-    /// Like [`Self::begin`], but refused while the chat has an active or pending run: the error
-    /// carries that run's id.
-    pub fn begin_single(
+    /// Registers a record request for run `run_id` of the chat before it is forwarded, as
+    /// `admit` allows. A chat owned by someone else is never touched: the scope already
+    /// separates owners.
+    pub fn register(
         self: &Arc<Self>,
         scope: &str,
         owner: Owner,
         run_id: &str,
-    ) -> Result<Pending, String> {
+        admit: Admission,
+    ) -> Result<Pending, Busy> {
         self.maybe_sweep();
         let mut chat = self
             .chats
             .entry(scope.to_string())
             .or_insert_with(|| Chat::new(owner));
-        if let Some(id) = chat.pending.first() {
-            return Err(id.clone());
-        }
-        if let Some(r) = chat
-            .current
-            .as_ref()
-            .filter(|r| r.is_producing() && r.end().is_none())
-        {
-            return Err(r.id().to_string());
+        match admit {
+            Admission::Always => {}
+            Admission::SingleFlight => {
+                if let Some(id) = chat.pending.first() {
+                    return Err(Busy::Running(id.clone()));
+                }
+                if let Some(r) = chat
+                    .current
+                    .as_ref()
+                    .filter(|r| r.is_producing() && r.end().is_none())
+                {
+                    return Err(Busy::Running(r.id().to_string()));
+                }
+            }
+            Admission::AttachRecord => {
+                if chat.attach_recording || chat.current.is_some() {
+                    return Err(Busy::Fetching);
+                }
+                chat.attach_recording = true;
+            }
         }
         chat.pending.push(run_id.to_string());
         drop(chat);
-        Ok(self.pending(scope, run_id, false))
-    }
-
-    /// Single flight for `on_miss = record`: the first attach of a chat with no run gets the
-    /// registration; the others get `None` and wait for the run to go live.
-    pub fn begin_attach_record(
-        self: &Arc<Self>,
-        scope: &str,
-        owner: Owner,
-        run_id: &str,
-    ) -> Option<Pending> {
-        self.maybe_sweep();
-        let mut chat = self
-            .chats
-            .entry(scope.to_string())
-            .or_insert_with(|| Chat::new(owner));
-        if chat.attach_recording || chat.current.is_some() {
-            return None;
-        }
-        chat.attach_recording = true;
-        chat.pending.push(run_id.to_string());
-        drop(chat);
-        Some(self.pending(scope, run_id, true))
+        Ok(self.pending(scope, run_id, admit == Admission::AttachRecord))
     }
 
     /// Makes `run` the chat's current run. A still-active previous run is superseded (its
     /// observers are ended; its producer keeps going). Returns the superseded run.
     pub fn go_live(&self, pending: &Pending, run: Arc<Run>) -> Option<Arc<Run>> {
         let superseded = {
+            // A chat with a pending registration is never evicted (`is_busy`), so it is here;
+            // were it not, it comes back with the owner that registered.
             let mut chat = self
                 .chats
                 .entry(pending.scope.clone())
-                .or_insert_with(|| Chat::new(Owner::default()));
+                .or_insert_with(|| Chat::new(pending.owner));
             let previous = chat.current.replace(run.clone());
             let mut superseded = None;
             if let Some(prev) = previous {
@@ -341,6 +361,20 @@ impl Registry {
         }
     }
 
+    /// Sets what is told about every eviction, from sweeps and from [`Self::make_room`] alike
+    /// (once; later calls are ignored).
+    pub fn on_evict(&self, f: impl Fn(Swept) + Send + Sync + 'static) {
+        let _ = self.on_evict.0.set(Box::new(f));
+    }
+
+    fn report(&self, swept: Swept) {
+        if swept != Swept::default() {
+            if let Some(f) = self.on_evict.0.get() {
+                f(swept);
+            }
+        }
+    }
+
     /// Drops completed runs older than the retention, then the chats beyond `max_chats` whose
     /// runs have all completed, oldest completion first.
     pub fn sweep(&self, now: Instant) -> Swept {
@@ -368,7 +402,7 @@ impl Registry {
         });
         let excess = self.idle_chats().len().saturating_sub(self.max_chats);
         swept.capacity += self.evict_idle(excess, usize::MAX, usize::MAX);
-        self.count(swept);
+        self.report(swept);
         swept
     }
 
@@ -409,38 +443,13 @@ impl Registry {
             return true;
         }
         let evicted = self.evict_idle(0, max_runs, max_bytes);
-        self.count(Swept {
+        self.report(Swept {
             expired: 0,
             capacity: evicted,
         });
         fits(self)
     }
-
-    fn count(&self, swept: Swept) {
-        let evicted = &self.metrics.runs_evicted;
-        evicted
-            .with_label_values(&["expired"])
-            .inc_by(swept.expired as u64);
-        evicted
-            .with_label_values(&["capacity"])
-            .inc_by(swept.capacity as u64);
-    }
-}
-
-/// A fresh transport run id: 128 random bits as 22 URL-safe base64 characters. It appears twice
-/// in every frame, so it is kept short.
-pub fn mint_run_id() -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut bits = rand::random::<u128>();
-    (0..22)
-        .map(|_| {
-            let c = ALPHABET[(bits & 63) as usize] as char;
-            bits >>= 6;
-            c
-        })
-        .collect()
 }
 
 #[cfg(test)]
-#[path = "registry_tests.rs"]
 mod tests;

@@ -1,47 +1,20 @@
-//! Client requests: parsing and validating record and attach inputs, and the JSON error answers.
+//! Client requests: parsing and validating record, stop and status inputs, and the shared
+//! checks (chat ids, run ids, JSON bodies, query strings) every dialect reuses.
 //!
 //! Pure: works on bodies, query strings and header values. Every rejection is an [`ApiError`]
-//! with a stable `code`, answered as `{"error": "<code>", "message": "…"}`.
+//! with a stable code.
 
-use std::time::Duration;
-
-use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::config::ChatIdFrom;
+use crate::error::{ApiError, Code};
 
 /// Longest chat id accepted, in bytes.
 pub const MAX_CHAT_ID: usize = 256;
 /// Longest run id accepted, in bytes.
 pub const MAX_RUN_ID: usize = 64;
-
-/// A rejected request: HTTP status, stable code, message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: u16,
-    /// Stable machine-readable code.
-    pub code: &'static str,
-    /// Human-readable detail.
-    pub message: String,
-}
-
-impl ApiError {
-    /// A 400 with `code`.
-    pub fn bad(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError {
-            status: 400,
-            code,
-            message: message.into(),
-        }
-    }
-
-    /// The JSON body of the answer.
-    pub fn body(&self) -> Bytes {
-        let v = serde_json::json!({"error": self.code, "message": self.message});
-        Bytes::from(v.to_string())
-    }
-}
+/// Longest `cancel_request_id` accepted, in bytes.
+pub const MAX_CANCEL_ID: usize = 128;
 
 /// A record request's parsed inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,33 +23,64 @@ pub struct RecordRequest {
     pub chat_id: String,
     /// Whether the requester asked for protocol-1 frames.
     pub protocol1: bool,
+    /// The body as a JSON object, when the route read it as one.
+    pub body: Option<Map<String, Value>>,
 }
 
-/// An attach request's parsed inputs.
+/// A stop request's parsed inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachRequest {
-    /// The chat to attach to.
+pub struct StopRequest {
+    /// The chat whose run to stop.
     pub chat_id: String,
-    /// Whether the requester speaks protocol 1 (always true for GET).
-    pub protocol1: bool,
-    /// The run the cursor belongs to.
+    /// The run to stop (default: the chat's current run).
     pub run_id: Option<String>,
-    /// The last seq the client applied.
-    pub after_seq: Option<u64>,
-    /// How long to wait for a run when the chat has none (already capped).
-    pub wait: Duration,
+    /// An idempotency key: a repeated stop names the run the first one stopped.
+    pub cancel_request_id: Option<String>,
+}
+
+/// A decoded `application/x-www-form-urlencoded` query string.
+#[derive(Debug, Clone, Copy)]
+pub struct Query<'a> {
+    raw: Option<&'a str>,
+}
+
+impl<'a> Query<'a> {
+    /// The query of a request URI (`None`: no query).
+    pub fn parse(raw: Option<&'a str>) -> Self {
+        Query { raw }
+    }
+
+    /// The decoded value of parameter `name` (its first occurrence).
+    pub fn get(&self, name: &str) -> Result<Option<String>, ApiError> {
+        let Some(raw) = self.raw else { return Ok(None) };
+        // `form_urlencoded` decodes lossily; a query that is not UTF-8 once decoded is refused.
+        // ('&', '=' and '+' are ASCII, so the whole query decodes to UTF-8 exactly when every
+        // key and value does.)
+        if percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .is_err()
+        {
+            return Err(ApiError::new(
+                Code::InvalidQuery,
+                format!("the query is not valid UTF-8 (looking for {name})"),
+            ));
+        }
+        Ok(form_urlencoded::parse(raw.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned()))
+    }
 }
 
 /// Parses a JSON object body.
 pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(_) => Err(ApiError::bad(
-            "invalid_body",
+        Ok(_) => Err(ApiError::new(
+            Code::InvalidBody,
             "the body must be a JSON object",
         )),
-        Err(e) => Err(ApiError::bad(
-            "invalid_json",
+        Err(e) => Err(ApiError::new(
+            Code::InvalidJson,
             format!("the body is not JSON: {e}"),
         )),
     }
@@ -85,14 +89,14 @@ pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// Checks a chat id: 1 to 256 bytes of UTF-8 without control characters.
 pub fn check_chat_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > MAX_CHAT_ID {
-        return Err(ApiError::bad(
-            "invalid_chat_id",
+        return Err(ApiError::new(
+            Code::InvalidChatId,
             format!("chat_id must be 1 to {MAX_CHAT_ID} bytes"),
         ));
     }
     if id.chars().any(char::is_control) {
-        return Err(ApiError::bad(
-            "invalid_chat_id",
+        return Err(ApiError::new(
+            Code::InvalidChatId,
             "chat_id must not contain control characters",
         ));
     }
@@ -109,81 +113,70 @@ pub fn check_run_id(id: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::bad(
-            "invalid_run_id",
+        Err(ApiError::new(
+            Code::InvalidRunId,
             format!("run_id must be 1 to {MAX_RUN_ID} of A-Z a-z 0-9 _ -"),
         ))
     }
 }
 
-fn chat_id_value(v: Option<&Value>, name: &str) -> Result<String, ApiError> {
+/// A required chat id named `name`: present, a string, and valid.
+pub fn chat_id_value(v: Option<&Value>, name: &str) -> Result<String, ApiError> {
     match v {
-        None | Some(Value::Null) => Err(ApiError::bad(
-            "missing_chat_id",
+        None | Some(Value::Null) => Err(ApiError::new(
+            Code::MissingChatId,
             format!("the request has no {name}"),
         )),
         Some(Value::String(s)) => {
             check_chat_id(s)?;
             Ok(s.clone())
         }
-        Some(_) => Err(ApiError::bad(
-            "invalid_chat_id",
+        Some(_) => Err(ApiError::new(
+            Code::InvalidChatId,
             format!("{name} must be a string"),
         )),
     }
 }
 
-/// The decoded value of query parameter `name`.
-pub fn query_param(query: Option<&str>, name: &str) -> Result<Option<String>, ApiError> {
-    let Some(q) = query else { return Ok(None) };
-    for pair in q.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k == name {
-            return percent_decode(v).map(Some).ok_or_else(|| {
-                ApiError::bad("invalid_query", format!("{name} is not valid UTF-8"))
-            });
+/// An optional run id: absent, null, or a valid run id string.
+pub fn run_id_value(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            check_run_id(s)?;
+            Ok(Some(s.clone()))
         }
+        Some(_) => Err(ApiError::new(Code::InvalidRunId, "run_id must be a string")),
     }
-    Ok(None)
 }
 
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'%' => return None,
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn protocol1(body: &Map<String, Value>) -> Result<bool, ApiError> {
+/// Whether a body asks for protocol 1 (`"protocol": 1`); any other value is refused.
+pub fn protocol1(body: &Map<String, Value>) -> Result<bool, ApiError> {
     match body.get("protocol") {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Number(n)) if n.as_u64() == Some(1) => Ok(true),
-        Some(_) => Err(ApiError::bad(
-            "invalid_protocol",
+        Some(_) => Err(ApiError::new(
+            Code::InvalidProtocol,
             "protocol must be 1 or absent",
         )),
     }
 }
 
-/// Parses a record request. The chat id comes from where the route says.
+/// The chat id from a query parameter or a header (`Body` routes are handled by the caller).
+fn chat_id_outside_body(
+    from: &ChatIdFrom,
+    query: Query<'_>,
+    header: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, ApiError> {
+    let (value, name) = match from {
+        ChatIdFrom::Query(q) | ChatIdFrom::Body(q) => (query.get(q)?, q),
+        ChatIdFrom::Header(h) => (header(h), h),
+    };
+    chat_id_value(value.map(Value::String).as_ref(), name)
+}
+
+/// Parses a record request. The chat id comes from where the route says; a non-empty body must
+/// be a JSON object (it is read for `"protocol": 1`).
 pub fn record(
     from: &ChatIdFrom,
     body: &[u8],
@@ -196,128 +189,86 @@ pub fn record(
     };
     let chat_id = match from {
         ChatIdFrom::Body(f) => chat_id_value(map.as_ref().and_then(|m| m.get(f)), f)?,
-        ChatIdFrom::Query(q) => {
-            chat_id_value(query_param(query, q)?.map(Value::String).as_ref(), q)?
-        }
-        ChatIdFrom::Header(h) => chat_id_value(header(h).map(Value::String).as_ref(), h)?,
+        _ => chat_id_outside_body(from, Query::parse(query), &header)?,
     };
     let protocol1 = match &map {
         Some(m) => protocol1(m)?,
         None => false,
     };
-    Ok(RecordRequest { chat_id, protocol1 })
-}
-
-fn cursor_value(v: &Value, name: &str) -> Result<u64, ApiError> {
-    v.as_u64().ok_or_else(|| {
-        ApiError::bad(
-            "invalid_cursor",
-            format!("{name} must be a non-negative integer below 2^64"),
-        )
+    Ok(RecordRequest {
+        chat_id,
+        protocol1,
+        body: map,
     })
 }
 
-fn parse_cursor(s: &str, name: &str) -> Result<u64, ApiError> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ApiError::bad(
-            "invalid_cursor",
-            format!("{name} must be a non-negative integer"),
-        ));
-    }
-    s.parse()
-        .map_err(|_| ApiError::bad("invalid_cursor", format!("{name} is too large")))
-}
-
-/// Parses `Last-Event-ID: <run_id>:<seq>`.
-pub fn last_event_id(v: &str) -> Result<(String, u64), ApiError> {
-    let (run, seq) = v.rsplit_once(':').ok_or_else(|| {
-        ApiError::bad(
-            "invalid_last_event_id",
-            "Last-Event-ID must be <run_id>:<seq>",
-        )
-    })?;
-    check_run_id(run)?;
-    Ok((run.to_string(), parse_cursor(seq, "Last-Event-ID seq")?))
-}
-
-/// Parses a `POST` attach body; `max_wait` caps `wait_ms`.
-pub fn attach_post(
-    from: &ChatIdFrom,
-    body: &[u8],
-    max_wait: Duration,
-) -> Result<AttachRequest, ApiError> {
+/// Parses a stop body: `{"<chat field>", "run_id"?, "cancel_request_id"?}`. The chat id is the
+/// route's body field (`chat_id` unless the route names another).
+pub fn stop(from: &ChatIdFrom, body: &[u8]) -> Result<StopRequest, ApiError> {
     let m = json_object(body)?;
     let field = match from {
         ChatIdFrom::Body(f) => f.as_str(),
         _ => "chat_id",
     };
     let chat_id = chat_id_value(m.get(field), field)?;
-    let protocol1 = protocol1(&m)?;
-    let run_id = match m.get("run_id") {
+    let run_id = run_id_value(m.get("run_id"))?;
+    let cancel_request_id = match m.get("cancel_request_id") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            check_run_id(s)?;
+        Some(Value::String(s))
+            if !s.is_empty() && s.len() <= MAX_CANCEL_ID && !s.chars().any(char::is_control) =>
+        {
             Some(s.clone())
         }
-        Some(_) => return Err(ApiError::bad("invalid_run_id", "run_id must be a string")),
+        Some(_) => {
+            return Err(ApiError::new(
+                Code::InvalidCancelRequestId,
+                format!("cancel_request_id must be a string of 1 to {MAX_CANCEL_ID} bytes"),
+            ))
+        }
     };
-    let after_seq = match m.get("after_seq") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(cursor_value(v, "after_seq")?),
-    };
-    let wait = match m.get("wait_ms") {
-        None | Some(Value::Null) => 0,
-        Some(v) => v.as_u64().ok_or_else(|| {
-            ApiError::bad("invalid_wait_ms", "wait_ms must be a non-negative integer")
-        })?,
-    };
-    Ok(AttachRequest {
+    Ok(StopRequest {
         chat_id,
-        protocol1,
         run_id,
-        after_seq,
-        wait: Duration::from_millis(wait).min(max_wait),
+        cancel_request_id,
     })
 }
 
-/// Parses a `GET` attach (query string and `Last-Event-ID`); always protocol 1.
-pub fn attach_get(
+/// Parses a status request (a `GET`: no body). The chat id is a query parameter, or a header
+/// for `header:` routes; a `body:<field>` route reads the query parameter `<field>`.
+pub fn status(
+    from: &ChatIdFrom,
     query: Option<&str>,
-    last_event_id_header: Option<&str>,
-    max_wait: Duration,
-) -> Result<AttachRequest, ApiError> {
-    let chat_id = chat_id_value(
-        query_param(query, "chat_id")?.map(Value::String).as_ref(),
-        "chat_id",
-    )?;
-    let mut run_id = query_param(query, "run_id")?;
-    if let Some(r) = &run_id {
-        check_run_id(r)?;
+    header: impl Fn(&str) -> Option<String>,
+) -> Result<String, ApiError> {
+    chat_id_outside_body(from, Query::parse(query), &header)
+}
+
+/// The resolution event an `annotate` route records for a request `body`:
+/// `{"type":"CUSTOM","name":"tether.resolution","value":<body>}`, the body kept verbatim. The
+/// body must be JSON (any value); anything else is refused before it is forwarded.
+pub fn resolution(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    #[derive(serde::Serialize)]
+    struct Resolution<'a> {
+        #[serde(rename = "type")]
+        ty: &'static str,
+        name: &'static str,
+        value: &'a serde_json::value::RawValue,
     }
-    let mut after_seq = match query_param(query, "after_seq")? {
-        Some(s) => Some(parse_cursor(&s, "after_seq")?),
-        None => None,
-    };
-    if let Some(h) = last_event_id_header.filter(|h| !h.is_empty()) {
-        let (r, s) = last_event_id(h)?;
-        run_id = Some(r);
-        after_seq = Some(s);
-    }
-    let wait = match query_param(query, "wait_ms")? {
-        Some(s) => parse_cursor(&s, "wait_ms").map_err(|_| {
-            ApiError::bad("invalid_wait_ms", "wait_ms must be a non-negative integer")
-        })?,
-        None => 0,
-    };
-    Ok(AttachRequest {
-        chat_id,
-        protocol1: true,
-        run_id,
-        after_seq,
-        wait: Duration::from_millis(wait).min(max_wait),
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::new(Code::InvalidJson, "the body is not UTF-8 JSON"))?;
+    let value: &serde_json::value::RawValue = serde_json::from_str(text).map_err(|e| {
+        ApiError::new(
+            Code::InvalidJson,
+            format!("an annotate route needs a JSON body: {e}"),
+        )
+    })?;
+    serde_json::to_vec(&Resolution {
+        ty: "CUSTOM",
+        name: "tether.resolution",
+        value,
     })
+    .map_err(|e| ApiError::new(Code::InvalidJson, e.to_string()))
 }
 
 #[cfg(test)]
-#[path = "request_tests.rs"]
 mod tests;

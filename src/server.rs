@@ -24,15 +24,19 @@ use pingora_core::server::configuration::ServerConf;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use admin::Admin;
 use crate::auth::Auth;
-use crate::config::Config;
-use demo::{Demo, DemoOptions};
-use crate::metrics::Metrics;
+use crate::config::{Config, RouteKind};
+use crate::journal::EndReason;
+use crate::metrics::{EvictReason, Metrics};
 use crate::proxy::{Shared, Sidecar};
-use crate::registry::Registry;
+use crate::registry::{Registry, Swept};
 use crate::upstream::Upstream;
+use admin::Admin;
+use demo::{Demo, DemoOptions};
 
 /// A running sidecar.
 pub struct Handle {
@@ -45,14 +49,12 @@ pub struct Handle {
     /// State shared with every request.
     pub shared: Arc<Shared>,
     accept_stop: watch::Sender<bool>,
-    stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 /// Binds every listener and starts serving. Must run inside a multi-threaded tokio runtime.
 pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handle> {
     let (accept_stop, accept_rx) = watch::channel(false);
-    let (stop, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let pingora_conf = Arc::new(ServerConf::default());
 
@@ -72,23 +74,34 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     };
     let upstream_addr = match (&cfg.upstream, &demo) {
         (Some(u), _) => u.clone(),
-        (None, Some((a, _))) => a.to_string(),
-        (None, None) => unreachable!("a demo backend is started when no upstream is set"),
+        // Without an upstream the demo backend was started just above.
+        (_, demo) => demo
+            .as_ref()
+            .map_or_else(String::new, |(a, _)| a.to_string()),
     };
 
     let metrics = Metrics::new();
-    let registry = Registry::new(
-        cfg.recorder.retention.0,
-        cfg.recorder.max_chats,
-        metrics.clone(),
+    metrics.seed_routes(
+        cfg.routes
+            .iter()
+            .filter(|r| r.kind == RouteKind::Record || r.kind == RouteKind::Attach)
+            .map(|r| r.path.as_str()),
     );
+    let registry = Registry::new(cfg.recorder.retention.0, cfg.recorder.max_chats);
+    let evicted = metrics.runs_evicted.clone();
+    registry.on_evict(move |swept: Swept| {
+        evicted.inc_by(EvictReason::Expired, swept.expired as u64);
+        evicted.inc_by(EvictReason::Capacity, swept.capacity as u64);
+    });
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())),
         auth: Auth::new(cfg.subject.clone()),
         registry: registry.clone(),
         metrics: metrics.clone(),
         draining: Default::default(),
-        stop: stop_rx,
+        producers: TaskTracker::new(),
+        observers: TaskTracker::new(),
+        stop: CancellationToken::new(),
         cfg,
     });
 
@@ -120,21 +133,12 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     if !abandon.is_zero() {
         sweep_every = sweep_every.min((abandon / 4).max(Duration::from_millis(10)));
     }
-    let mut sweep_stop = accept_rx.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(sweep_every);
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    registry.sweep(std::time::Instant::now());
-                    if !abandon.is_zero() {
-                        stop_abandoned(&registry, abandon);
-                    }
-                }
-                _ = sweep_stop.changed() => return,
-            }
-        }
-    }));
+    tasks.push(tokio::spawn(sweeper(
+        registry,
+        sweep_every,
+        abandon,
+        accept_rx.clone(),
+    )));
 
     info!("tether listening on {proxy_addr} (admin {admin_addr}) in front of {upstream_addr}");
     Ok(Handle {
@@ -143,9 +147,28 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         demo,
         shared,
         accept_stop,
-        stop,
         tasks,
     })
+}
+
+/// Every `every`: drops expired runs and stops abandoned ones (when `abandon` is set).
+async fn sweeper(
+    registry: Arc<Registry>,
+    every: Duration,
+    abandon: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.changed() => return,
+        }
+        registry.sweep(Instant::now());
+        if !abandon.is_zero() {
+            stop_abandoned(&registry, abandon);
+        }
+    }
 }
 
 /// Stops every producing run that no client has watched for `after`.
@@ -156,7 +179,7 @@ fn stop_abandoned(registry: &Registry, after: Duration) {
                 "run {}: no observer for {after:?}; stopping it as abandoned",
                 run.id()
             );
-            run.request_stop("abandoned");
+            run.request_stop(EndReason::Abandoned);
         }
     }
 }
@@ -218,39 +241,25 @@ impl Handle {
             "draining: {} runs still producing",
             shared.registry.producing().len()
         );
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut rx = shared.registry.subscribe();
-        let all_ended = loop {
-            if shared.registry.producing().is_empty() {
-                break true;
-            }
-            // Producers bump the registry's watch when their run ends.
-            tokio::select! {
-                _ = rx.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => break false,
-            }
-        };
+        // No producer starts after this: record requests are refused while draining.
+        shared.producers.close();
+        let all_ended = tokio::time::timeout(timeout, shared.producers.wait())
+            .await
+            .is_ok();
         if !all_ended {
             let left = shared.registry.producing();
             warn!("drain timeout: stopping {} runs", left.len());
             for r in &left {
-                r.request_stop("shutdown");
+                r.request_stop(EndReason::Shutdown);
             }
             // Stopped producers end their runs within a read; wait briefly for that.
-            let grace = tokio::time::Instant::now() + Duration::from_secs(2);
-            while !shared.registry.producing().is_empty() {
-                if tokio::time::timeout_at(grace, rx.changed()).await.is_err() {
-                    break;
-                }
-            }
+            let _ = tokio::time::timeout(Duration::from_secs(2), shared.producers.wait()).await;
         }
         // Observers of ended runs are writing their STREAM_END; give them a moment to finish
         // before the hard stop closes what is left.
-        let grace = tokio::time::Instant::now() + Duration::from_secs(1);
-        while shared.metrics.observers_active.get() > 0 && tokio::time::Instant::now() < grace {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        self.stop.send_replace(true);
+        shared.observers.close();
+        let _ = tokio::time::timeout(Duration::from_secs(1), shared.observers.wait()).await;
+        self.shared.stop.cancel();
         for t in self.tasks {
             t.abort();
         }
@@ -261,7 +270,7 @@ impl Handle {
     /// Stops everything at once (tests).
     pub fn abort(self) {
         self.accept_stop.send_replace(true);
-        self.stop.send_replace(true);
+        self.shared.stop.cancel();
         for t in self.tasks {
             t.abort();
         }

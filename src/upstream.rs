@@ -1,6 +1,8 @@
 //! The backend client: Pingora's HTTP connector with explicit timeouts, the request as forwarded
-//! (hop-by-hop headers dropped, `Accept-Encoding: identity`, `X-Tether-Run-Id`), and the rule for
-//! which answers are recorded.
+//! (hop-by-hop headers dropped, `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as
+//! relayed, and the rule for which answers are recorded. The producer is in [`producer`].
+
+pub mod producer;
 
 use std::time::Duration;
 
@@ -12,8 +14,13 @@ use pingora_core::ErrorType;
 use pingora_http::{RequestHeader, ResponseHeader};
 
 use crate::config;
+use crate::error::{UpstreamError, UpstreamErrorKind};
 
-/// Headers that describe one hop, never forwarded.
+/// How long an idle pooled connection to the backend is kept open.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), besides those that a
+/// `Connection` header names.
 const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
@@ -26,28 +33,48 @@ const HOP_BY_HOP: [&str; 9] = [
     "upgrade",
 ];
 
-/// Why the backend could not be used.
-#[derive(Debug, Clone)]
-pub struct UpstreamError {
-    /// Metric kind: `connect`, `timeout`, `reset` or `protocol`.
-    pub kind: &'static str,
-    /// What happened.
-    pub message: String,
+/// The metric kind of a Pingora error on the upstream side.
+pub(crate) fn kind_of(e: &pingora_core::Error, connecting: bool) -> UpstreamErrorKind {
+    match e.etype() {
+        ErrorType::ConnectTimedout if connecting => UpstreamErrorKind::Connect,
+        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout => {
+            UpstreamErrorKind::Timeout
+        }
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => {
+            UpstreamErrorKind::Protocol
+        }
+        _ if connecting => UpstreamErrorKind::Connect,
+        _ => UpstreamErrorKind::Reset,
+    }
 }
 
-pub(crate) fn kind_of(e: &pingora_core::Error, connecting: bool) -> &'static str {
-    match e.etype() {
-        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout => {
-            if connecting && matches!(e.etype(), ErrorType::ConnectTimedout) {
-                "connect"
-            } else {
-                "timeout"
-            }
-        }
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => "protocol",
-        _ if connecting => "connect",
-        _ => "reset",
+/// Removes the hop-by-hop headers of `headers`, and those its `Connection` header names.
+fn strip_hop_by_hop<F: FnMut(&str)>(connection: Option<&str>, mut remove: F) {
+    if let Some(c) = connection {
+        c.split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .for_each(|t| remove(&t.to_ascii_lowercase()));
     }
+    HOP_BY_HOP.iter().for_each(|h| remove(h));
+}
+
+/// An upstream response header as relayed to a client: unchanged but for hop-by-hop headers,
+/// and chunked framing when `chunked` (Pingora redoes the framing).
+pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
+    let connection = h
+        .headers
+        .get("connection")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    strip_hop_by_hop(connection.as_deref(), |name| {
+        h.remove_header(name);
+    });
+    if chunked {
+        h.remove_header("content-length");
+        let _ = h.insert_header("transfer-encoding", "chunked");
+    }
+    h
 }
 
 /// The backend: a connection pool and the peer it connects to.
@@ -62,7 +89,7 @@ impl Upstream {
     pub fn new(addr: &str, opts: config::Upstream) -> Self {
         let mut peer = HttpPeer::new(addr, false, String::new());
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
-        peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer.options.idle_timeout = Some(POOL_IDLE);
         peer.options.read_timeout = Some(opts.idle_timeout.0);
         peer.options.write_timeout = Some(opts.write_timeout.0);
         Upstream {
@@ -86,7 +113,7 @@ impl Upstream {
         run_id: Option<&str>,
     ) -> Result<HttpSession, UpstreamError> {
         let header = outgoing(req, body.len(), run_id).map_err(|e| UpstreamError {
-            kind: "protocol",
+            kind: UpstreamErrorKind::Protocol,
             message: format!("cannot build the upstream request: {e}"),
         })?;
         let mut attempt = 0;
@@ -160,9 +187,14 @@ fn outgoing(
         }
         h.set_uri(uri);
     }
-    for name in HOP_BY_HOP {
+    let connection = req
+        .headers
+        .get("connection")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    strip_hop_by_hop(connection.as_deref(), |name| {
         h.remove_header(name);
-    }
+    });
     h.insert_header("content-length", len.to_string())?;
     h.insert_header("accept-encoding", "identity")?;
     if let Some(id) = run_id {
@@ -183,3 +215,6 @@ pub fn is_recordable(h: &ResponseHeader) -> bool {
                     .starts_with("text/event-stream")
             })
 }
+
+#[cfg(test)]
+mod tests;

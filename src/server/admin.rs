@@ -10,8 +10,8 @@ use pingora_core::apps::{HttpServerApp, ReusedHttpStream};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::server::ShutdownWatch;
 
-use crate::proxy::Shared;
 use super::small_app::{finish, respond};
+use crate::proxy::Shared;
 
 /// The admin HTTP app.
 pub struct Admin {

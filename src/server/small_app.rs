@@ -5,12 +5,7 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_http::ResponseHeader;
 
 /// Writes a whole response with a body.
-pub async fn respond(
-    s: &mut ServerSession,
-    status: u16,
-    content_type: &str,
-    body: Bytes,
-) -> bool {
+pub async fn respond(s: &mut ServerSession, status: u16, content_type: &str, body: Bytes) -> bool {
     let Ok(mut h) = ResponseHeader::build(status, Some(2)) else {
         return false;
     };

@@ -3,13 +3,13 @@
 use super::*;
 
 fn reg(retention: Duration, max_chats: usize) -> Arc<Registry> {
-    Registry::new(retention, max_chats, Metrics::new())
+    Registry::new(retention, max_chats)
 }
 
 const ANY: Owner = Owner::NONE;
 
 fn live(reg: &Arc<Registry>, chat: &str, id: &str) -> Arc<Run> {
-    let p = reg.begin(chat, ANY, id);
+    let p = reg.register(chat, ANY, id, Admission::Always).unwrap();
     let run = Arc::new(Run::new(id, 16));
     reg.go_live(&p, run.clone());
     run
@@ -41,7 +41,9 @@ fn another_owner_sees_nothing() {
     let alice = auth.owner(&h).unwrap();
     h.insert("x-u", "bob".parse().unwrap());
     let bob = auth.owner(&h).unwrap();
-    let p = reg.begin("scope", alice, "r");
+    let p = reg
+        .register("scope", alice, "r", Admission::Always)
+        .unwrap();
     reg.go_live(&p, Arc::new(Run::new("r", 4)));
     assert!(reg.current("scope", &alice).is_some());
     assert!(reg.current("scope", &bob).is_none());
@@ -52,7 +54,7 @@ fn another_owner_sees_nothing() {
 fn pending_registration_wakes_waiters_when_it_ends() {
     let reg = reg(Duration::from_secs(60), 8);
     let rx = reg.subscribe();
-    let p = reg.begin("c", ANY, "r");
+    let p = reg.register("c", ANY, "r", Admission::Always).unwrap();
     drop(p);
     assert!(rx.has_changed().unwrap());
     assert_eq!(reg.chats(), 1);
@@ -63,24 +65,40 @@ fn pending_registration_wakes_waiters_when_it_ends() {
 #[test]
 fn single_flight_refuses_while_a_run_is_pending_or_active() {
     let reg = reg(Duration::from_secs(60), 8);
-    let p = reg.begin_single("c", ANY, "r1").unwrap();
-    assert_eq!(reg.begin_single("c", ANY, "r2").unwrap_err(), "r1");
+    let p = reg
+        .register("c", ANY, "r1", Admission::SingleFlight)
+        .unwrap();
+    assert_eq!(
+        reg.register("c", ANY, "r2", Admission::SingleFlight)
+            .unwrap_err(),
+        Busy::Running("r1".into())
+    );
     let run = Arc::new(Run::new("r1", 4));
     reg.go_live(&p, run.clone());
     drop(p);
-    assert_eq!(reg.begin_single("c", ANY, "r3").unwrap_err(), "r1");
+    assert_eq!(
+        reg.register("c", ANY, "r3", Admission::SingleFlight)
+            .unwrap_err(),
+        Busy::Running("r1".into())
+    );
     run.finish(true, None);
-    assert!(reg.begin_single("c", ANY, "r4").is_ok());
+    assert!(reg
+        .register("c", ANY, "r4", Admission::SingleFlight)
+        .is_ok());
 }
 
 #[test]
 fn attach_record_is_single_flight() {
     let reg = reg(Duration::from_secs(60), 8);
-    let first = reg.begin_attach_record("c", ANY, "r1");
-    assert!(first.is_some());
-    assert!(reg.begin_attach_record("c", ANY, "r2").is_none());
+    let first = reg.register("c", ANY, "r1", Admission::AttachRecord);
+    assert!(first.is_ok());
+    assert!(reg
+        .register("c", ANY, "r2", Admission::AttachRecord)
+        .is_err());
     drop(first);
-    assert!(reg.begin_attach_record("c", ANY, "r3").is_some());
+    assert!(reg
+        .register("c", ANY, "r3", Admission::AttachRecord)
+        .is_ok());
 }
 
 #[test]
@@ -143,11 +161,14 @@ fn make_room_evicts_completed_runs_first_and_never_active_ones() {
 fn recorded_bytes_follow_appends_and_evictions() {
     let reg = reg(Duration::from_millis(0), 100);
     let run = live(&reg, "c", "r");
-    let ev = crate::event::classify(&crate::sse::SseEvent {
-        event: None,
-        data: bytes::Bytes::from_static(br#"{"type":"CUSTOM","value":1}"#),
-        id: None,
-    });
+    let ev = crate::format::Format::classify(
+        &crate::format::agui::Agui,
+        &crate::sse::SseEvent {
+            event: None,
+            data: bytes::Bytes::from_static(br#"{"type":"CUSTOM","value":1}"#),
+            id: None,
+        },
+    );
     reg.add_bytes(run.append(&[ev]).bytes);
     assert_eq!(reg.recorded_bytes(), run.bytes());
     run.finish(true, None);
@@ -157,8 +178,8 @@ fn recorded_bytes_follow_appends_and_evictions() {
 
 #[test]
 fn run_ids_are_fresh_and_valid() {
-    let a = mint_run_id();
+    let a = crate::run::mint_run_id();
     assert_eq!(a.len(), 22);
     assert!(crate::request::check_run_id(&a).is_ok());
-    assert_ne!(a, mint_run_id());
+    assert_ne!(a, crate::run::mint_run_id());
 }

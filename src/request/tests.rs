@@ -2,14 +2,12 @@
 
 use super::*;
 
-const MAX: Duration = Duration::from_secs(30);
-
 fn body_field() -> ChatIdFrom {
     ChatIdFrom::Body("chat_id".into())
 }
 
 fn code<T: std::fmt::Debug>(r: Result<T, ApiError>) -> &'static str {
-    r.unwrap_err().code
+    r.unwrap_err().code.as_str()
 }
 
 #[test]
@@ -25,7 +23,8 @@ fn record_reads_chat_id_and_protocol() {
         r,
         RecordRequest {
             chat_id: "c1".into(),
-            protocol1: true
+            protocol1: true,
+            body: r.body.clone(),
         }
     );
     let r = record(&body_field(), br#"{"chat_id":"c1"}"#, None, |_| None).unwrap();
@@ -60,7 +59,7 @@ fn record_rejects_bad_json_missing_and_mistyped_fields() {
         "invalid_protocol"
     );
     let err = record(&body_field(), b"{nope", None, |_| None).unwrap_err();
-    assert_eq!(err.status, 400);
+    assert_eq!(err.status(), 400);
     let v: serde_json::Value = serde_json::from_slice(&err.body()).unwrap();
     assert_eq!(v["error"], "invalid_json");
 }
@@ -93,64 +92,72 @@ fn record_reads_chat_id_from_query_or_header() {
 }
 
 #[test]
-fn attach_post_fields_and_types() {
-    let a = attach_post(
-        &body_field(),
-        br#"{"chat_id":"c","protocol":1,"run_id":"r1","after_seq":5,"wait_ms":99999999}"#,
-        MAX,
-    )
-    .unwrap();
-    assert_eq!(a.run_id.as_deref(), Some("r1"));
-    assert_eq!(a.after_seq, Some(5));
-    assert_eq!(a.wait, MAX);
-    assert!(a.protocol1);
-    for (body, c) in [
-        (r#"{"chat_id":"c","after_seq":-1}"#, "invalid_cursor"),
-        (r#"{"chat_id":"c","after_seq":1.5}"#, "invalid_cursor"),
-        (r#"{"chat_id":"c","after_seq":"3"}"#, "invalid_cursor"),
-        (
-            r#"{"chat_id":"c","after_seq":18446744073709551616}"#,
-            "invalid_cursor",
-        ),
-        (r#"{"chat_id":"c","run_id":"a b"}"#, "invalid_run_id"),
-        (r#"{"chat_id":"c","run_id":7}"#, "invalid_run_id"),
-        (r#"{"chat_id":"c","wait_ms":-5}"#, "invalid_wait_ms"),
-        (r#"{"chat":"c"}"#, "missing_chat_id"),
-    ] {
-        assert_eq!(
-            code(attach_post(&body_field(), body.as_bytes(), MAX)),
-            c,
-            "{body}"
-        );
-    }
+fn query_values_are_form_decoded_and_a_sign_is_not_hex() {
+    let q = Query::parse(Some("a=%2Bx+y&b=%+f&c%5B%5D=1&a=2"));
+    assert_eq!(q.get("a").unwrap().as_deref(), Some("+x y"));
+    // `%+f` is not an escape: it stays as written (a hand decoder once read it as 0x0f).
+    assert_eq!(q.get("b").unwrap().as_deref(), Some("% f"));
+    assert_eq!(q.get("c[]").unwrap().as_deref(), Some("1"));
+    assert_eq!(q.get("d").unwrap(), None);
+    assert_eq!(code(Query::parse(Some("x=%ff")).get("x")), "invalid_query");
 }
 
 #[test]
-fn attach_get_reads_query_and_last_event_id() {
-    let a = attach_get(Some("chat_id=c&run_id=r&after_seq=3&wait_ms=10"), None, MAX).unwrap();
-    assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r"), Some(3)));
-    assert_eq!(a.wait, Duration::from_millis(10));
-    let a = attach_get(Some("chat_id=c"), Some("r2:42"), MAX).unwrap();
-    assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r2"), Some(42)));
-    assert_eq!(
-        code(attach_get(Some("chat_id=c"), Some("r2"), MAX)),
-        "invalid_last_event_id"
+fn stop_reads_its_fields_and_refuses_a_bad_cancel_id() {
+    let s = stop(
+        &body_field(),
+        br#"{"chat_id":"c","run_id":"r1","cancel_request_id":"k"}"#,
+    )
+    .unwrap();
+    assert_eq!(s.run_id.as_deref(), Some("r1"));
+    assert_eq!(s.cancel_request_id.as_deref(), Some("k"));
+    let long = format!(
+        r#"{{"chat_id":"c","cancel_request_id":"{}"}}"#,
+        "k".repeat(200)
     );
     assert_eq!(
-        code(attach_get(Some("chat_id=c"), Some("r2:-1"), MAX)),
-        "invalid_cursor"
+        code(stop(&body_field(), long.as_bytes())),
+        "invalid_cancel_request_id"
     );
     assert_eq!(
-        code(attach_get(
-            Some("chat_id=c&after_seq=99999999999999999999"),
-            None,
-            MAX
-        )),
-        "invalid_cursor"
+        code(stop(&body_field(), br#"{"chat_id":"c","run_id":"a b"}"#)),
+        "invalid_run_id"
     );
-    assert_eq!(code(attach_get(None, None, MAX)), "missing_chat_id");
+}
+
+#[test]
+fn status_reads_the_query_or_a_header() {
     assert_eq!(
-        code(attach_get(Some("chat_id=%ff"), None, MAX)),
-        "invalid_query"
+        status(
+            &ChatIdFrom::Query("chat_id".into()),
+            Some("chat_id=c%201"),
+            |_| None
+        )
+        .unwrap(),
+        "c 1"
     );
+    assert_eq!(
+        code(status(&ChatIdFrom::Query("chat_id".into()), None, |_| None)),
+        "missing_chat_id"
+    );
+    let h = status(&ChatIdFrom::Header("x-chat".into()), None, |n| {
+        (n == "x-chat").then(|| "h".into())
+    });
+    assert_eq!(h.unwrap(), "h");
+}
+
+#[test]
+fn a_resolution_wraps_the_json_body_verbatim_and_refuses_anything_else() {
+    let e = resolution(br#"{"b":1, "a":[2]}"#).unwrap();
+    assert_eq!(
+        e,
+        br#"{"type":"CUSTOM","name":"tether.resolution","value":{"b":1, "a":[2]}}"#
+    );
+    assert_eq!(
+        resolution(b"\"yes\"").unwrap(),
+        br#"{"type":"CUSTOM","name":"tether.resolution","value":"yes"}"#
+    );
+    // An empty body once made `"value":}`, recorded as RAW instead of CUSTOM.
+    assert_eq!(code(resolution(b"")), "invalid_json");
+    assert_eq!(code(resolution(b"{nope")), "invalid_json");
 }

@@ -7,11 +7,11 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::event::classify;
+use crate::format::{agui::Agui, Format};
 use crate::sse::{Decoded, Decoder, SseEvent};
 
 fn ev(json: &str) -> Event {
-    classify(&SseEvent {
+    Agui.classify(&SseEvent {
         event: None,
         data: Bytes::copy_from_slice(json.as_bytes()),
         id: None,
@@ -164,7 +164,7 @@ fn wakes_subscribers_on_append_and_end() {
     run.append(&[text("m", "a")]);
     assert!(rx.has_changed().unwrap());
     rx.borrow_and_update();
-    run.finish(false, Some("eof"));
+    run.finish(false, Some(EndReason::NoTerminalEvent));
     assert!(rx.has_changed().unwrap());
 }
 
@@ -266,7 +266,7 @@ fn frame_events(frames: &[Bytes], after: u64) -> Vec<Value> {
 }
 
 fn serialize(cap: &SnapshotCapture) -> Bytes {
-    frames::snapshot("r", cap.seq, &cap.history)
+    crate::dialect::protocol1::snapshot("r", cap.seq, &cap.history)
 }
 
 proptest! {
@@ -305,7 +305,7 @@ proptest! {
             decoded.clear();
             decoder.feed(&chunk, &mut decoded);
             let batch: Vec<Event> = decoded.iter().map(|d| match d {
-                Decoded::Event(e) => classify(e),
+                Decoded::Event(e) => Agui.classify(e),
                 Decoded::Oversized { .. } => panic!("oversized"),
             }).collect();
             run.append(&batch);

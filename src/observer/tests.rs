@@ -6,26 +6,19 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
 use super::*;
-use crate::event::classify;
+use crate::format::{agui::Agui, Format};
 use crate::sse::{Decoded, Decoder, SseEvent};
 
-fn ev(v: Value) -> crate::event::Event {
-    classify(&SseEvent {
+fn ev(v: Value) -> crate::format::Event {
+    Agui.classify(&SseEvent {
         event: None,
         data: Bytes::from(v.to_string()),
         id: None,
     })
 }
 
-fn text(d: &str) -> crate::event::Event {
+fn text(d: &str) -> crate::format::Event {
     ev(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":d}))
-}
-
-fn live(reg: &Arc<Registry>, chat: &str, id: &str, window: usize) -> Arc<Run> {
-    let p = reg.begin(chat, Owner::NONE, id);
-    let run = Arc::new(Run::new(id, window));
-    reg.go_live(&p, run.clone());
-    run
 }
 
 /// A sink that forwards every write to a channel; `send` waits while `gate` is closed.
@@ -66,106 +59,6 @@ fn opts() -> Options {
     }
 }
 
-#[test]
-fn attach_table_without_cursor() {
-    let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
-        Decision::Missing
-    ));
-    let run = live(&reg, "c", "r1", 8);
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
-        Decision::Serve {
-            start: Start::Snapshot,
-            reset: None,
-            ..
-        }
-    ));
-    run.finish(false, Some("upstream_reset"));
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
-        Decision::Serve {
-            start: Start::Snapshot,
-            ..
-        }
-    ));
-    let run2 = live(&reg, "c", "r2", 8);
-    run2.finish(true, None);
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
-        Decision::NoContent
-    ));
-}
-
-#[test]
-fn attach_table_with_cursor() {
-    let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3)),
-        Decision::NoContent
-    ));
-    let run = live(&reg, "c", "r1", 2);
-    for d in ["a", "b", "c", "d"] {
-        run.append(&[text(d)]);
-    }
-    let reset = |d: Decision| match d {
-        Decision::Serve {
-            start: Start::Snapshot,
-            reset,
-            ..
-        } => reset,
-        other => panic!("{other:?}"),
-    };
-    assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3))),
-        Some("unknown_run")
-    );
-    assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(9))),
-        Some("future_cursor")
-    );
-    assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(1))),
-        Some("expired_cursor")
-    );
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(3)),
-        Decision::Serve {
-            start: Start::After(3),
-            reset: None,
-            ..
-        }
-    ));
-    run.finish(true, None);
-    // At the head of a completed run: served from the cursor, which yields just STREAM_END.
-    assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(4)),
-        Decision::Serve {
-            start: Start::After(4),
-            ..
-        }
-    ));
-}
-
-#[tokio::test]
-async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
-    let reg = Registry::new(Duration::from_secs(60), 8, Metrics::new());
-    let r2 = reg.clone();
-    let waiter =
-        tokio::spawn(
-            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
-        );
-    tokio::task::yield_now().await;
-    live(&reg, "c", "r1", 8);
-    match waiter.await.unwrap() {
-        Decision::Serve { run, .. } => assert_eq!(run.id(), "r1"),
-        other => panic!("{other:?}"),
-    }
-    let d = wait_for_run(&reg, "none", &Owner::NONE, Duration::from_millis(1)).await;
-    assert!(matches!(d, Decision::NoContent));
-}
-
 #[tokio::test]
 async fn serves_snapshot_then_live_events_then_one_end() {
     let m = Metrics::new();
@@ -173,12 +66,12 @@ async fn serves_snapshot_then_live_events_then_one_end() {
     run.append(&[text("a"), text("b")]);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_gate_tx, gate) = watch::channel(true);
-    let (_stop_tx, stop) = watch::channel(false);
+    let stop = CancellationToken::new();
     let r = run.clone();
     let m2 = m.clone();
     let task = tokio::spawn(async move {
         let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::Snapshot, None, &opts(), &m2, stop).await
+        serve(&mut sink, &r, Start::Snapshot, None, &opts(), &m2, &stop).await
     });
     // The snapshot arrives first; wait for it before appending more.
     let first = rx.recv().await.unwrap();
@@ -205,12 +98,12 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
     run.append(&[text("a")]);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (gate_tx, gate) = watch::channel(true);
-    let (_stop_tx, stop) = watch::channel(false);
+    let stop = CancellationToken::new();
     let r = run.clone();
     let m2 = m.clone();
     let task = tokio::spawn(async move {
         let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, stop).await
+        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &stop).await
     });
     let _ = rx.recv().await.unwrap(); // seq 1 written
     gate_tx.send_replace(false); // the client stops reading
@@ -237,13 +130,13 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
 async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     let m = Metrics::new();
     let run = Arc::new(Run::new("r", 4));
-    run.finish(false, Some("no_terminal_event"));
+    run.finish(false, Some(crate::journal::EndReason::NoTerminalEvent));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_g, gate) = watch::channel(true);
-    let (_s, stop) = watch::channel(false);
+    let stop = CancellationToken::new();
     let mut sink = ChanSink { tx, gate };
     assert_eq!(
-        serve(&mut sink, &run, Start::Fresh, None, &opts(), &m, stop).await,
+        serve(&mut sink, &run, Start::Fresh, None, &opts(), &m, &stop).await,
         Outcome::Ended
     );
     let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));

@@ -1,0 +1,130 @@
+//! Tests of the attach table and of waiting for a run.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+
+use super::*;
+use crate::format::{agui::Agui, Format};
+use crate::registry::Admission;
+use crate::sse::SseEvent;
+
+fn text(d: &str) -> crate::format::Event {
+    Agui.classify(&SseEvent {
+        event: None,
+        data: Bytes::from(
+            json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":d}).to_string(),
+        ),
+        id: None,
+    })
+}
+
+fn live(reg: &Arc<Registry>, chat: &str, id: &str, window: usize) -> Arc<Run> {
+    let p = reg
+        .register(chat, Owner::NONE, id, Admission::Always)
+        .unwrap();
+    let run = Arc::new(Run::new(id, window));
+    reg.go_live(&p, run.clone());
+    run
+}
+
+#[test]
+fn attach_table_without_cursor() {
+    let reg = Registry::new(Duration::from_secs(60), 8);
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::Missing
+    ));
+    let run = live(&reg, "c", "r1", 8);
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::Serve {
+            start: Start::Snapshot,
+            reset: None,
+            ..
+        }
+    ));
+    run.finish(false, Some(crate::journal::EndReason::UpstreamReset));
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::Serve {
+            start: Start::Snapshot,
+            ..
+        }
+    ));
+    let run2 = live(&reg, "c", "r2", 8);
+    run2.finish(true, None);
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, None, None),
+        Decision::NoContent
+    ));
+}
+
+#[test]
+fn attach_table_with_cursor() {
+    let reg = Registry::new(Duration::from_secs(60), 8);
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3)),
+        Decision::NoContent
+    ));
+    let run = live(&reg, "c", "r1", 2);
+    for d in ["a", "b", "c", "d"] {
+        run.append(&[text(d)]);
+    }
+    let reset = |d: Decision| match d {
+        Decision::Serve {
+            start: Start::Snapshot,
+            reset,
+            ..
+        } => reset,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        reset(decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3))),
+        Some(ResetReason::UnknownRun)
+    );
+    assert_eq!(
+        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(9))),
+        Some(ResetReason::FutureCursor)
+    );
+    assert_eq!(
+        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(1))),
+        Some(ResetReason::ExpiredCursor)
+    );
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(3)),
+        Decision::Serve {
+            start: Start::After(3),
+            reset: None,
+            ..
+        }
+    ));
+    run.finish(true, None);
+    // At the head of a completed run: served from the cursor, which yields just STREAM_END.
+    assert!(matches!(
+        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(4)),
+        Decision::Serve {
+            start: Start::After(4),
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
+    let reg = Registry::new(Duration::from_secs(60), 8);
+    let r2 = reg.clone();
+    let waiter =
+        tokio::spawn(
+            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
+        );
+    tokio::task::yield_now().await;
+    live(&reg, "c", "r1", 8);
+    match waiter.await.unwrap() {
+        Decision::Serve { run, .. } => assert_eq!(run.id(), "r1"),
+        other => panic!("{other:?}"),
+    }
+    let d = wait_for_run(&reg, "none", &Owner::NONE, Duration::from_millis(1)).await;
+    assert!(matches!(d, Decision::NoContent));
+}

@@ -1,0 +1,164 @@
+//! Tests of protocol-1 frames and attach requests, on byte slices.
+
+use std::time::Duration;
+
+use super::*;
+
+const MAX: Duration = Duration::from_secs(30);
+
+fn code<T: std::fmt::Debug>(r: Result<T, ApiError>) -> &'static str {
+    r.unwrap_err().code.as_str()
+}
+use serde_json::{json, Value};
+
+fn parse(frame: &[u8]) -> (String, Value) {
+    let text = std::str::from_utf8(frame).unwrap();
+    let rest = text.strip_prefix("id: ").unwrap();
+    let (id, rest) = rest.split_once('\n').unwrap();
+    let data = rest
+        .strip_prefix("data: ")
+        .unwrap()
+        .strip_suffix("\n\n")
+        .unwrap();
+    assert!(!data.contains('\n'));
+    (id.to_string(), serde_json::from_str(data).unwrap())
+}
+
+#[test]
+fn event_frame_embeds_the_event_verbatim() {
+    let mut out = BytesMut::new();
+    let ev = br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hello"}"#;
+    let enc = EventEncoder::new("r1");
+    enc.write(&mut out, 43, ev);
+    assert!(out.len() <= enc.max_len(ev.len()));
+    assert_eq!(
+        &out[..],
+        &b"id: r1:43\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":\"r1\",\"seq\":43,\"event\":{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"hello\"}}\n\n"[..]
+    );
+}
+
+#[test]
+fn snapshot_frame_wraps_the_history() {
+    let mut c = crate::compact::Compactor::new();
+    let empty = snapshot("r", 0, &c.capture());
+    assert_eq!(
+        parse(&empty),
+        (
+            "r:0".into(),
+            json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]})
+        )
+    );
+    c.push(&crate::format::Format::classify(
+        &crate::format::agui::Agui,
+        &crate::sse::SseEvent {
+            event: None,
+            data: bytes::Bytes::from_static(br#"{"type":"RUN_STARTED"}"#),
+            id: None,
+        },
+    ));
+    let (id, v) = parse(&snapshot("r", 1, &c.capture()));
+    assert_eq!(id, "r:1");
+    assert_eq!(v["events"], json!([{"type":"RUN_STARTED"}]));
+}
+
+#[test]
+fn end_frame_carries_terminal_state() {
+    let f = end(
+        "r",
+        &End {
+            seq: 43,
+            persisted: true,
+            superseded: false,
+            next_run_id: None,
+            reason: None,
+        },
+    );
+    assert_eq!(
+        parse(&f),
+        (
+            "r:43".into(),
+            json!({"type":"STREAM_END","run_id":"r","seq":43,"persisted":true,"superseded":false})
+        )
+    );
+    let f = end(
+        "r",
+        &End {
+            seq: 7,
+            persisted: false,
+            superseded: true,
+            next_run_id: Some("r2".into()),
+            reason: Some(crate::journal::EndReason::Superseded),
+        },
+    );
+    assert_eq!(
+        parse(&f).1,
+        json!({"type":"STREAM_END","run_id":"r","seq":7,"persisted":false,"superseded":true,"next_run_id":"r2","reason":"superseded"})
+    );
+}
+
+#[test]
+fn attach_post_fields_and_types() {
+    let a = attach_post(
+        &ChatIdFrom::Body("chat_id".into()),
+        br#"{"chat_id":"c","protocol":1,"run_id":"r1","after_seq":5,"wait_ms":99999999}"#,
+        MAX,
+    )
+    .unwrap();
+    assert_eq!(a.run_id.as_deref(), Some("r1"));
+    assert_eq!(a.after_seq, Some(5));
+    assert_eq!(a.wait, MAX);
+    assert!(a.protocol1);
+    for (body, c) in [
+        (r#"{"chat_id":"c","after_seq":-1}"#, "invalid_cursor"),
+        (r#"{"chat_id":"c","after_seq":1.5}"#, "invalid_cursor"),
+        (r#"{"chat_id":"c","after_seq":"3"}"#, "invalid_cursor"),
+        (
+            r#"{"chat_id":"c","after_seq":18446744073709551616}"#,
+            "invalid_cursor",
+        ),
+        (r#"{"chat_id":"c","run_id":"a b"}"#, "invalid_run_id"),
+        (r#"{"chat_id":"c","run_id":7}"#, "invalid_run_id"),
+        (r#"{"chat_id":"c","wait_ms":-5}"#, "invalid_wait_ms"),
+        (r#"{"chat":"c"}"#, "missing_chat_id"),
+    ] {
+        assert_eq!(
+            code(attach_post(
+                &ChatIdFrom::Body("chat_id".into()),
+                body.as_bytes(),
+                MAX
+            )),
+            c,
+            "{body}"
+        );
+    }
+}
+
+#[test]
+fn attach_get_reads_query_and_last_event_id() {
+    let a = attach_get(Some("chat_id=c&run_id=r&after_seq=3&wait_ms=10"), None, MAX).unwrap();
+    assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r"), Some(3)));
+    assert_eq!(a.wait, Duration::from_millis(10));
+    let a = attach_get(Some("chat_id=c"), Some("r2:42"), MAX).unwrap();
+    assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r2"), Some(42)));
+    assert_eq!(
+        code(attach_get(Some("chat_id=c"), Some("r2"), MAX)),
+        "invalid_last_event_id"
+    );
+    assert_eq!(
+        code(attach_get(Some("chat_id=c"), Some("r2:-1"), MAX)),
+        "invalid_cursor"
+    );
+    assert_eq!(
+        code(attach_get(
+            Some("chat_id=c&after_seq=99999999999999999999"),
+            None,
+            MAX
+        )),
+        "invalid_cursor"
+    );
+    assert_eq!(code(attach_get(None, None, MAX)), "missing_chat_id");
+    assert_eq!(
+        code(attach_get(Some("chat_id=%ff"), None, MAX)),
+        "invalid_query"
+    );
+}

@@ -1,0 +1,196 @@
+//! Errors and their stable codes: API error answers, configuration errors, upstream failures.
+//!
+//! Every code and kind is an enum with one `as_str()`, which feeds both the JSON a client reads
+//! and the metric label an operator charts, so a typo cannot mint a new series or a new code.
+
+use bytes::Bytes;
+use thiserror::Error;
+
+/// The stable code of an API error answer; each code has one HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// 400: the body is not JSON.
+    InvalidJson,
+    /// 400: the body is JSON but not an object (or lacks what the route needs).
+    InvalidBody,
+    /// 400: no chat id where the route looks for one.
+    MissingChatId,
+    /// 400: the chat id is not 1–256 bytes of text without control characters.
+    InvalidChatId,
+    /// 400: a run id is not 1–64 of `[A-Za-z0-9_-]`.
+    InvalidRunId,
+    /// 400: `after_seq` (or a cursor) is not a non-negative integer.
+    InvalidCursor,
+    /// 400: `Last-Event-ID` is not `<run_id>:<seq>`.
+    InvalidLastEventId,
+    /// 400: `wait_ms` is not a non-negative integer.
+    InvalidWaitMs,
+    /// 400: `protocol` is neither 1 nor absent.
+    InvalidProtocol,
+    /// 400: a query parameter does not decode to UTF-8.
+    InvalidQuery,
+    /// 400: `cancel_request_id` is not a string of 1–128 bytes.
+    InvalidCancelRequestId,
+    /// 401: `[auth] subject` is set and the request carries no caller identity.
+    Unauthenticated,
+    /// 404: the chat has no such run (also what another owner's chat gets).
+    NoRun,
+    /// 409: a `single_flight` route refused a turn while one is running.
+    TurnAlreadyRunning,
+    /// 413: the request body is over `max_body_bytes`.
+    BodyTooLarge,
+    /// 429: the run has `max_observers_per_run` observers.
+    TooManyObservers,
+    /// 431: the request headers are over `max_header_bytes`.
+    HeadersTooLarge,
+    /// 502: the backend could not be reached.
+    UpstreamUnreachable,
+    /// 503: tether is draining and takes no new turns.
+    Draining,
+}
+
+impl Code {
+    /// The code as it appears in the `error` field of the JSON body.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::InvalidJson => "invalid_json",
+            Code::InvalidBody => "invalid_body",
+            Code::MissingChatId => "missing_chat_id",
+            Code::InvalidChatId => "invalid_chat_id",
+            Code::InvalidRunId => "invalid_run_id",
+            Code::InvalidCursor => "invalid_cursor",
+            Code::InvalidLastEventId => "invalid_last_event_id",
+            Code::InvalidWaitMs => "invalid_wait_ms",
+            Code::InvalidProtocol => "invalid_protocol",
+            Code::InvalidQuery => "invalid_query",
+            Code::InvalidCancelRequestId => "invalid_cancel_request_id",
+            Code::Unauthenticated => "unauthenticated",
+            Code::NoRun => "no_run",
+            Code::TurnAlreadyRunning => "turn_already_running",
+            Code::BodyTooLarge => "body_too_large",
+            Code::TooManyObservers => "too_many_observers",
+            Code::HeadersTooLarge => "headers_too_large",
+            Code::UpstreamUnreachable => "upstream_unreachable",
+            Code::Draining => "draining",
+        }
+    }
+
+    /// The HTTP status answered with this code.
+    pub fn status(self) -> u16 {
+        match self {
+            Code::Unauthenticated => 401,
+            Code::NoRun => 404,
+            Code::TurnAlreadyRunning => 409,
+            Code::BodyTooLarge => 413,
+            Code::TooManyObservers => 429,
+            Code::HeadersTooLarge => 431,
+            Code::UpstreamUnreachable => 502,
+            Code::Draining => 503,
+            _ => 400,
+        }
+    }
+}
+
+/// A rejected request, answered as `{"error": "<code>", "message": "…"}` with the code's status.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct ApiError {
+    /// The stable code (and so the status).
+    pub code: Code,
+    /// Human-readable detail.
+    pub message: String,
+    /// The run the answer is about, added to the body as `run_id` (the running turn of a 409).
+    pub run_id: Option<String>,
+}
+
+impl ApiError {
+    /// An error with `code`.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            run_id: None,
+        }
+    }
+
+    /// The HTTP status of the answer.
+    pub fn status(&self) -> u16 {
+        self.code.status()
+    }
+
+    /// The JSON body of the answer.
+    pub fn body(&self) -> Bytes {
+        let mut v = serde_json::json!({"error": self.code.as_str(), "message": self.message});
+        if let Some(run_id) = &self.run_id {
+            v["run_id"] = run_id.as_str().into();
+        }
+        Bytes::from(v.to_string())
+    }
+}
+
+/// An invalid configuration: the key at fault and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid configuration: {key}: {message}")]
+pub struct ConfigError {
+    /// The dotted key (`recorder.window`, `routes[2].path`, …), the flag, or the file.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ConfigError {
+    /// An error about `key`.
+    pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The `tether_upstream_errors_total{kind}` label: how the backend failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UpstreamErrorKind {
+    /// The TCP connection could not be made (refused, unreachable, connect timeout).
+    Connect,
+    /// A read or write took longer than its timeout.
+    Timeout,
+    /// The connection was reset or closed mid-answer.
+    Reset,
+    /// The backend answered a non-2xx status to a recorded route.
+    Status,
+    /// The backend spoke broken HTTP or broken SSE.
+    Protocol,
+}
+
+impl UpstreamErrorKind {
+    /// Every kind, in label order.
+    pub const ALL: &'static [UpstreamErrorKind] = &[
+        UpstreamErrorKind::Connect,
+        UpstreamErrorKind::Timeout,
+        UpstreamErrorKind::Reset,
+        UpstreamErrorKind::Status,
+        UpstreamErrorKind::Protocol,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamErrorKind::Connect => "connect",
+            UpstreamErrorKind::Timeout => "timeout",
+            UpstreamErrorKind::Reset => "reset",
+            UpstreamErrorKind::Status => "status",
+            UpstreamErrorKind::Protocol => "protocol",
+        }
+    }
+}
+
+/// Why the backend could not be used.
+#[derive(Debug, Clone, Error)]
+#[error("{message}")]
+pub struct UpstreamError {
+    /// The metric kind.
+    pub kind: UpstreamErrorKind,
+    /// What happened.
+    pub message: String,
+}

@@ -1,0 +1,158 @@
+//! AG-UI: classifies `data: <json>` events by `type`; text, reasoning and tool-argument deltas
+//! merge by `messageId` / `toolCallId`, `*_CHUNK` streams by their open chunk, and
+//! `THINKING_TEXT_MESSAGE_CONTENT` only when directly adjacent. `RUN_FINISHED` and `RUN_ERROR`
+//! end a stream.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{one_line, wrap_raw, Event, Format, Merge, MergeClass};
+use crate::sse::SseEvent;
+
+/// `TEXT_MESSAGE_CONTENT`, keyed by `messageId`.
+pub const TEXT_CONTENT: MergeClass = class(1, false);
+/// `REASONING_MESSAGE_CONTENT`, keyed by `messageId`.
+pub const REASONING_CONTENT: MergeClass = class(2, false);
+/// `TOOL_CALL_ARGS`, keyed by `toolCallId`.
+pub const TOOL_CALL_ARGS: MergeClass = class(3, false);
+/// `THINKING_TEXT_MESSAGE_CONTENT`: no key, merges only when directly adjacent.
+pub const THINKING_CONTENT: MergeClass = class(4, false);
+/// `TEXT_MESSAGE_CHUNK`: later chunks may omit the `messageId`.
+pub const TEXT_CHUNK: MergeClass = class(5, true);
+/// `TOOL_CALL_CHUNK`: later chunks may omit the `toolCallId`.
+pub const TOOL_CALL_CHUNK: MergeClass = class(6, true);
+/// `REASONING_MESSAGE_CHUNK`: later chunks may omit the `messageId`.
+pub const REASONING_CHUNK: MergeClass = class(7, true);
+
+const fn class(id: u16, key_optional: bool) -> MergeClass {
+    MergeClass { id, key_optional }
+}
+
+/// The AG-UI format.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Agui;
+
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(rename = "type", borrow, default)]
+    ty: Option<&'a RawValue>,
+    #[serde(rename = "messageId", borrow, default)]
+    message_id: Option<&'a RawValue>,
+    #[serde(rename = "toolCallId", borrow, default)]
+    tool_call_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    delta: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+}
+
+impl Format for Agui {
+    fn name(&self) -> &'static str {
+        "agui"
+    }
+
+    fn classify(&self, sse: &SseEvent) -> Event {
+        let data = one_line(&sse.data);
+        if let Some(event) = classify_json(&data) {
+            return event;
+        }
+        let mut raw = wrap_raw(sse.event.as_deref(), &sse.data);
+        raw.terminal = is_foreign_terminal(&sse.data);
+        raw
+    }
+}
+
+fn classify_json(data: &Bytes) -> Option<Event> {
+    let start = data.iter().position(|b| !b.is_ascii_whitespace())?;
+    if data[start] != b'{' {
+        return None;
+    }
+    // Validating UTF-8 up front lets serde_json skip it, and covers the fields it ignores.
+    let text = std::str::from_utf8(data).ok()?;
+    let fields: Fields = match serde_json::from_str(text) {
+        Ok(f) => f,
+        // Valid JSON that the borrowing pass cannot take (a duplicate key, an escaped key):
+        // keep it verbatim, unclassified.
+        Err(_) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+            return Some(Event {
+                json: data.clone(),
+                ty: 0..0,
+                name: 0..0,
+                merge: None,
+                terminal: false,
+            });
+        }
+    };
+    // Every `RawValue` was borrowed from `text`, which is `data`: its offset from `data`'s start
+    // is its span in the event's own bytes.
+    let base = data.as_ptr() as usize;
+    let span = |raw: Option<&RawValue>| -> Option<Range<usize>> {
+        let s = raw?.get();
+        let off = s.as_ptr() as usize - base;
+        debug_assert!(off + s.len() <= data.len());
+        Some(off..off + s.len())
+    };
+    // The contents of a string literal: inside the quotes.
+    let inner = |r: Range<usize>| -> Option<Range<usize>> {
+        (r.len() >= 2 && data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
+    };
+    let ty = span(fields.ty).and_then(inner).unwrap_or(0..0);
+    let name = span(fields.name).and_then(inner).unwrap_or(0..0);
+    let merge = merge_class(&data[ty.clone()]).and_then(|class| {
+        let delta = inner(span(fields.delta)?)?;
+        let key = if class == TOOL_CALL_ARGS || class == TOOL_CALL_CHUNK {
+            span(fields.tool_call_id)
+        } else if class == THINKING_CONTENT {
+            None
+        } else {
+            span(fields.message_id)
+        };
+        let key = match key {
+            Some(k) => k,
+            None if class.key_optional || class == THINKING_CONTENT => 0..0,
+            None => return None,
+        };
+        Some(Merge { class, key, delta })
+    });
+    let ty_bytes = &data[ty.clone()];
+    let terminal =
+        matches!(ty_bytes, b"RUN_FINISHED" | b"RUN_ERROR") || is_foreign_terminal(ty_bytes);
+    Some(Event {
+        json: data.clone(),
+        ty,
+        name,
+        merge,
+        terminal,
+    })
+}
+
+fn merge_class(ty: &[u8]) -> Option<MergeClass> {
+    Some(match ty {
+        b"TEXT_MESSAGE_CONTENT" => TEXT_CONTENT,
+        b"REASONING_MESSAGE_CONTENT" => REASONING_CONTENT,
+        b"TOOL_CALL_ARGS" => TOOL_CALL_ARGS,
+        b"THINKING_TEXT_MESSAGE_CONTENT" => THINKING_CONTENT,
+        b"TEXT_MESSAGE_CHUNK" => TEXT_CHUNK,
+        b"TOOL_CALL_CHUNK" => TOOL_CALL_CHUNK,
+        b"REASONING_MESSAGE_CHUNK" => REASONING_CHUNK,
+        _ => return None,
+    })
+}
+
+/// Until the other formats have their own classifiers, a stream classified as AG-UI also ends on
+/// their terminal events (`[DONE]`, `message_stop`, `response.completed|failed|incomplete`), as
+/// it always has, so such runs still persist under `commit = "eof"`.
+fn is_foreign_terminal(ty_or_data: &[u8]) -> bool {
+    matches!(
+        ty_or_data.trim_ascii(),
+        b"[DONE]"
+            | b"message_stop"
+            | b"response.completed"
+            | b"response.failed"
+            | b"response.incomplete"
+    )
+}

@@ -1,0 +1,127 @@
+//! Tests of the format seam and the AG-UI classifier, on byte slices.
+
+use super::agui::{self, Agui};
+use super::*;
+
+fn classify(sse: &SseEvent) -> Event {
+    Agui.classify(sse)
+}
+
+fn sse(event: Option<&str>, data: &str) -> SseEvent {
+    SseEvent {
+        event: event.map(|e| Bytes::copy_from_slice(e.as_bytes())),
+        data: Bytes::copy_from_slice(data.as_bytes()),
+        id: None,
+    }
+}
+
+#[test]
+fn finds_type_key_and_delta_span_of_a_text_delta() {
+    let e = classify(&sse(
+        None,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"he\"llo"}"#,
+    ));
+    assert_eq!(e.ty(), b"TEXT_MESSAGE_CONTENT");
+    assert_eq!(e.merge_key(), br#""m1""#);
+    assert_eq!(e.delta(), br#"he\"llo"#);
+    assert_eq!(e.merge.unwrap().class, agui::TEXT_CONTENT);
+    assert!(!e.terminal);
+}
+
+#[test]
+fn tool_call_args_key_on_tool_call_id() {
+    let e = classify(&sse(
+        None,
+        r#"{"delta":"{\"a\"","toolCallId":"t1","type":"TOOL_CALL_ARGS","messageId":"x"}"#,
+    ));
+    assert_eq!(e.merge_key(), br#""t1""#);
+    assert_eq!(e.delta(), br#"{\"a\""#);
+}
+
+#[test]
+fn a_content_delta_without_its_key_or_with_a_non_string_delta_does_not_merge() {
+    let e = classify(&sse(None, r#"{"type":"TEXT_MESSAGE_CONTENT","delta":"x"}"#));
+    assert!(e.merge.is_none());
+    let e = classify(&sse(
+        None,
+        r#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":5}"#,
+    ));
+    assert!(e.merge.is_none());
+}
+
+#[test]
+fn chunks_and_thinking_may_lack_a_key() {
+    let e = classify(&sse(None, r#"{"type":"TEXT_MESSAGE_CHUNK","delta":"x"}"#));
+    assert_eq!(e.merge.unwrap().class, agui::TEXT_CHUNK);
+    let e = classify(&sse(
+        None,
+        r#"{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"x"}"#,
+    ));
+    assert_eq!(e.merge.unwrap().class, agui::THINKING_CONTENT);
+}
+
+#[test]
+fn terminal_events_of_each_format() {
+    for t in [
+        "RUN_FINISHED",
+        "RUN_ERROR",
+        "message_stop",
+        "response.completed",
+    ] {
+        assert!(
+            classify(&sse(None, &format!(r#"{{"type":"{t}"}}"#))).terminal,
+            "{t}"
+        );
+    }
+    assert!(classify(&sse(None, "[DONE]")).terminal);
+    assert!(!classify(&sse(None, r#"{"type":"RUN_STARTED"}"#)).terminal);
+}
+
+#[test]
+fn non_object_data_is_wrapped_as_raw() {
+    let e = classify(&sse(Some("ping"), "not \"json\"\nline2"));
+    assert_eq!(e.ty(), b"RAW");
+    let v: serde_json::Value = serde_json::from_slice(&e.json).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"type":"RAW","source":"sse","event":{"event":"ping","data":"not \"json\"\nline2"}})
+    );
+    let e = classify(&sse(None, "[1,2]"));
+    assert_eq!(e.ty(), b"RAW");
+    let e = classify(&sse(None, "{broken"));
+    assert_eq!(e.ty(), b"RAW");
+}
+
+#[test]
+fn multi_line_json_becomes_one_line_and_keeps_its_value() {
+    let e = classify(&sse(None, "{\"type\":\"CUSTOM\",\n\"name\":\"a\\nb\"}"));
+    assert_eq!(e.ty(), b"CUSTOM");
+    assert!(!e.json.contains(&b'\n'));
+    assert_eq!(e.name(), br"a\nb");
+}
+
+#[test]
+fn invalid_utf8_in_json_is_wrapped_lossily() {
+    let e = classify(&SseEvent {
+        event: None,
+        data: Bytes::from_static(b"{\"type\":\"X\",\"delta\":\"\xff\"}"),
+        id: None,
+    });
+    assert_eq!(e.ty(), b"RAW");
+    assert!(serde_json::from_slice::<serde_json::Value>(&e.json).is_ok());
+}
+
+#[test]
+fn duplicate_keys_stay_verbatim_unclassified() {
+    let e = classify(&sse(None, r#"{"type":"A","type":"B"}"#));
+    assert_eq!(e.ty(), b"");
+    assert_eq!(&e.json[..], br#"{"type":"A","type":"B"}"#);
+}
+
+#[test]
+fn json_object_data_is_kept_byte_for_byte() {
+    let data = r#"{ "type" : "CUSTOM", "value": {"k": [1, 2]} }"#;
+    let e = classify(&sse(None, data));
+    assert_eq!(&e.json[..], data.as_bytes());
+    assert_eq!(e.ty(), b"CUSTOM");
+}

@@ -1,0 +1,145 @@
+//! Tests of the recording rules and the end-of-run verdict, on byte slices.
+
+use super::*;
+use crate::format::agui::Agui;
+
+fn ingest(commit: Commit) -> Ingest {
+    Ingest::new(&Agui, commit, 1024)
+}
+
+fn feed(i: &mut Ingest, bytes: &'static [u8]) -> Vec<Event> {
+    let mut batch = Vec::new();
+    i.feed(&Bytes::from_static(bytes), &mut batch);
+    batch
+}
+
+fn persisted_event() -> Commit {
+    Commit::Event {
+        ty: "CUSTOM".into(),
+        name: Some("persisted".into()),
+    }
+}
+
+#[test]
+fn a_read_becomes_one_batch_of_complete_events() {
+    let mut i = ingest(Commit::Eof);
+    let b = feed(
+        &mut i,
+        b"data: {\"type\":\"RUN_STARTED\"}\n\ndata: {\"type\":\"TEXT_",
+    );
+    assert_eq!(b.len(), 1);
+    let b = feed(
+        &mut i,
+        b"MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"x\"}\n\n",
+    );
+    assert_eq!(b[0].ty(), b"TEXT_MESSAGE_CONTENT");
+    assert_eq!((i.events(), i.bytes()), (2, 97));
+}
+
+#[test]
+fn an_oversized_event_is_reported_and_the_next_one_recorded() {
+    let mut i = ingest(Commit::Eof);
+    let big = format!(
+        "data: {}\n\ndata: {{\"type\":\"RUN_FINISHED\"}}\n\n",
+        "x".repeat(2000)
+    );
+    let mut batch = Vec::new();
+    let fed = i.feed(&Bytes::from(big), &mut batch);
+    assert_eq!(fed.oversized.len(), 1);
+    assert_eq!(batch.len(), 1);
+    assert!(batch[0].terminal);
+}
+
+#[test]
+fn eof_commit_persists_only_a_clean_end_after_a_terminal_event() {
+    let mut i = ingest(Commit::Eof);
+    feed(&mut i, b"data: {\"type\":\"RUN_STARTED\"}\n\n");
+    assert_eq!(
+        i.verdict(Ending::Clean),
+        Verdict {
+            persisted: false,
+            reason: Some(EndReason::NoTerminalEvent)
+        }
+    );
+    feed(&mut i, b"data: {\"type\":\"RUN_FINISHED\"}\n\n");
+    assert_eq!(
+        i.verdict(Ending::Clean),
+        Verdict {
+            persisted: true,
+            reason: None
+        }
+    );
+    let failed = i.verdict(Ending::Failed(EndReason::UpstreamTimeout));
+    assert_eq!(
+        (failed.persisted, failed.reason),
+        (false, Some(EndReason::UpstreamTimeout))
+    );
+    let stopped = i.verdict(Ending::Stopped(EndReason::Cancelled));
+    assert_eq!(
+        (stopped.persisted, stopped.reason),
+        (false, Some(EndReason::Cancelled))
+    );
+}
+
+#[test]
+fn event_commit_needs_the_named_event_and_survives_a_later_reset() {
+    let mut i = ingest(persisted_event());
+    feed(&mut i, b"data: {\"type\":\"RUN_FINISHED\"}\n\n");
+    assert_eq!(
+        i.verdict(Ending::Clean).reason,
+        Some(EndReason::NotCommitted)
+    );
+    feed(
+        &mut i,
+        b"data: {\"type\":\"CUSTOM\",\"name\":\"other\"}\n\n",
+    );
+    assert!(!i.verdict(Ending::Clean).persisted);
+    feed(
+        &mut i,
+        b"data: {\"type\":\"CUSTOM\",\"name\":\"persisted\"}\n\n",
+    );
+    assert!(i.verdict(Ending::Clean).persisted);
+    assert!(
+        i.verdict(Ending::Failed(EndReason::UpstreamReset))
+            .persisted
+    );
+    assert!(!i.verdict(Ending::Stopped(EndReason::MaxDuration)).persisted);
+}
+
+#[test]
+fn an_upstream_that_stops_inside_an_event_is_reported_by_finish() {
+    let mut i = ingest(Commit::Eof);
+    feed(&mut i, b"data: {\"type\":\"RUN_FINISHED\"}");
+    assert!(i.finish());
+    assert_eq!(
+        i.verdict(Ending::Clean).reason,
+        Some(EndReason::NoTerminalEvent)
+    );
+}
+
+#[test]
+fn outcome_labels_follow_the_end() {
+    let end = |persisted, superseded| End {
+        seq: 1,
+        persisted,
+        superseded,
+        next_run_id: None,
+        reason: None,
+    };
+    assert_eq!(
+        outcome(&end(false, true), Ending::Clean),
+        Outcome::Superseded
+    );
+    assert_eq!(
+        outcome(&end(false, false), Ending::Stopped(EndReason::Cancelled)),
+        Outcome::Cancelled
+    );
+    assert_eq!(
+        outcome(&end(false, false), Ending::Stopped(EndReason::Abandoned)),
+        Outcome::NotPersisted
+    );
+    assert_eq!(
+        outcome(&end(true, false), Ending::Clean),
+        Outcome::Persisted
+    );
+}

@@ -1,0 +1,161 @@
+//! The journal: the seam a run's log lives behind. It assigns seqs, keeps the replay window of
+//! encoded frames and the compacted history, holds the terminal state, and wakes readers.
+//!
+//! The producer is the only writer; observers read by cursor ([`Journal::read_after`]) or take a
+//! snapshot ([`Journal::capture`]), and wait on [`Journal::subscribe`]. [`memory::MemoryJournal`]
+//! is the in-process implementation; a shared journal (several replicas) implements the same
+//! trait. Pure: no I/O, no Pingora.
+
+pub mod memory;
+
+use std::fmt::Debug;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::compact::Capture;
+use crate::format::Event;
+use crate::metrics::label_enum;
+
+label_enum! {
+    /// Why a run ended without its answer being persisted: the `reason` of `STREAM_END`.
+    pub enum EndReason {
+        /// A newer run of the chat replaced it.
+        Superseded => "superseded",
+        /// A stop route stopped it.
+        Cancelled => "cancelled",
+        /// It ran longer than `max_run_duration`.
+        MaxDuration => "max_duration",
+        /// No client watched it for `abandon_after`.
+        Abandoned => "abandoned",
+        /// The drain timed out and stopped it.
+        Shutdown => "shutdown",
+        /// The upstream connection failed mid-answer.
+        UpstreamReset => "upstream_reset",
+        /// The upstream was silent for longer than its idle timeout.
+        UpstreamTimeout => "upstream_timeout",
+        /// `commit = "eof"`: the upstream ended without its format's terminal event.
+        NoTerminalEvent => "no_terminal_event",
+        /// `commit = "event:…"`: the upstream ended without the committing event.
+        NotCommitted => "not_committed",
+    }
+}
+
+/// How a run ended, as told to its observers by `STREAM_END`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct End {
+    /// The run's last seq.
+    pub seq: u64,
+    /// Whether the backend's answer was saved (never claimed when it was not).
+    pub persisted: bool,
+    /// Whether a newer run of the chat replaced this one.
+    pub superseded: bool,
+    /// The replacing run, when superseded.
+    pub next_run_id: Option<String>,
+    /// Why the run ended without being persisted.
+    pub reason: Option<EndReason>,
+}
+
+impl End {
+    /// The end of a run that finished by itself (or was stopped); `seq` is set by the journal.
+    pub fn finished(persisted: bool, reason: Option<EndReason>) -> End {
+        End {
+            seq: 0,
+            persisted,
+            superseded: false,
+            next_run_id: None,
+            reason,
+        }
+    }
+
+    /// The end of a run that `next` replaced; `seq` is set by the journal.
+    pub fn superseded(next: &str) -> End {
+        End {
+            seq: 0,
+            persisted: false,
+            superseded: true,
+            next_run_id: Some(next.to_string()),
+            reason: Some(EndReason::Superseded),
+        }
+    }
+}
+
+/// Why a cursor cannot be served from the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CursorMiss {
+    /// The cursor is past the run's head.
+    Ahead,
+    /// The events after the cursor have left the window.
+    Expired,
+}
+
+/// What a read after a cursor returns.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// Encoded event frames after the cursor, in seq order.
+    pub frames: Vec<Bytes>,
+    /// The seq of the last frame returned (the cursor when none).
+    pub last: u64,
+    /// The run's terminal state, present once `last` reached the run's end.
+    pub end: Option<End>,
+    /// Arrival time of the last frame returned (for delivery-delay metrics).
+    pub last_arrival: Option<Instant>,
+    /// The run's head seq at the time of the read.
+    pub head: u64,
+}
+
+/// A snapshot captured under the journal's lock: shares the history, copies no text.
+#[derive(Debug, Clone)]
+pub struct SnapshotCapture {
+    /// The last seq the snapshot covers.
+    pub seq: u64,
+    /// The compacted history up to `seq`.
+    pub history: Capture,
+    /// The terminal state, if the run had ended at capture time.
+    pub end: Option<End>,
+}
+
+/// Result of appending a batch of events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Appended {
+    /// Events recorded.
+    pub events: usize,
+    /// Change in bytes held by the journal.
+    pub bytes: isize,
+}
+
+/// One run's log.
+pub trait Journal: Send + Sync + Debug {
+    /// Records a batch of events (one upstream read) and wakes readers once. Events arriving
+    /// after the run's end (a superseded run) are not recorded: `events` says how many were.
+    fn append(&self, events: &[Event]) -> Appended;
+
+    /// The frames after `after`, up to `max` of them, or why the window cannot serve them.
+    fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss>;
+
+    /// Captures a snapshot of the whole history now, copying no text.
+    fn capture(&self) -> SnapshotCapture;
+
+    /// Sets the run's end at its head, unless one is already set (the first end wins), and
+    /// wakes readers. Returns the end in force and whether this call set it.
+    fn end(&self, end: End) -> (End, bool);
+
+    /// The terminal state, once set.
+    fn ended(&self) -> Option<End>;
+
+    /// The last seq recorded.
+    fn head(&self) -> u64;
+
+    /// Bytes held by the window and the history.
+    fn held_bytes(&self) -> usize;
+
+    /// A receiver woken after every batch of events, at the end, and by [`Journal::wake`].
+    fn subscribe(&self) -> watch::Receiver<u64>;
+
+    /// Wakes every reader without a change to the log (the producer finished).
+    fn wake(&self);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,177 @@
+//! The in-process journal: a window of encoded protocol-1 frames, the compacted history and the
+//! terminal state under one lock, and a `watch` that wakes readers once per batch.
+//!
+//! Every event is encoded once, at append, as its protocol-1 `STREAM_EVENT` frame and shared by
+//! every observer. A snapshot is captured under the lock without copying any text and serialized
+//! outside it.
+
+use std::collections::VecDeque;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::{Appended, CursorMiss, End, Journal, Read, SnapshotCapture};
+use crate::compact::Compactor;
+use crate::dialect::protocol1::EventEncoder;
+use crate::format::Event;
+
+/// Default number of events kept in the replay window.
+pub const DEFAULT_WINDOW: usize = 4096;
+
+#[derive(Debug)]
+struct State {
+    head: u64,
+    window: VecDeque<(Bytes, Instant)>,
+    window_bytes: usize,
+    history: Compactor,
+    end: Option<End>,
+}
+
+impl State {
+    fn held(&self) -> usize {
+        self.window_bytes + self.history.allocated()
+    }
+}
+
+/// A run's log held in this process.
+#[derive(Debug)]
+pub struct MemoryJournal {
+    encoder: EventEncoder,
+    window_cap: usize,
+    state: Mutex<State>,
+    wake: watch::Sender<u64>,
+}
+
+impl MemoryJournal {
+    /// An empty log for run `run_id`, keeping the last `window` events as frames.
+    pub fn new(run_id: &str, window: usize) -> Self {
+        MemoryJournal {
+            encoder: EventEncoder::new(run_id),
+            window_cap: window.max(1),
+            state: Mutex::new(State {
+                head: 0,
+                window: VecDeque::new(),
+                window_bytes: 0,
+                history: Compactor::new(),
+                end: None,
+            }),
+            wake: watch::channel(0).0,
+        }
+    }
+}
+
+impl Journal for MemoryJournal {
+    fn append(&self, events: &[Event]) -> Appended {
+        if events.is_empty() {
+            return Appended::default();
+        }
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        if st.end.is_some() {
+            return Appended::default();
+        }
+        let before = st.held() as isize;
+        let total: usize = events
+            .iter()
+            .map(|e| self.encoder.max_len(e.json.len()))
+            .sum();
+        // One allocation for the whole batch; each frame is a shared slice of it.
+        let mut buf = BytesMut::with_capacity(total);
+        for e in events {
+            st.head += 1;
+            let head = st.head;
+            self.encoder.write(&mut buf, head, &e.json);
+            let frame = buf.split().freeze();
+            st.window_bytes += frame.len();
+            st.window.push_back((frame, now));
+            if st.window.len() > self.window_cap {
+                if let Some((old, _)) = st.window.pop_front() {
+                    st.window_bytes -= old.len();
+                }
+            }
+            st.history.push(e);
+        }
+        let head = st.head;
+        let appended = Appended {
+            events: events.len(),
+            bytes: st.held() as isize - before,
+        };
+        drop(st);
+        self.wake.send_replace(head);
+        appended
+    }
+
+    fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
+        let st = self.state.lock();
+        if after > st.head {
+            return Err(CursorMiss::Ahead);
+        }
+        let first = st.head + 1 - st.window.len() as u64; // seq of window[0]
+        if after + 1 < first {
+            return Err(CursorMiss::Expired);
+        }
+        let skip = (after + 1 - first) as usize;
+        let mut read = Read {
+            last: after,
+            head: st.head,
+            ..Read::default()
+        };
+        for (frame, at) in st.window.iter().skip(skip).take(max) {
+            read.frames.push(frame.clone());
+            read.last_arrival = Some(*at);
+        }
+        read.last = after + read.frames.len() as u64;
+        if let Some(end) = &st.end {
+            if read.last >= end.seq {
+                read.end = Some(end.clone());
+                read.frames
+                    .truncate((end.seq.saturating_sub(after)) as usize);
+                read.last = read.last.min(end.seq);
+            }
+        }
+        Ok(read)
+    }
+
+    fn capture(&self) -> SnapshotCapture {
+        let mut st = self.state.lock();
+        SnapshotCapture {
+            seq: st.head,
+            history: st.history.capture(),
+            end: st.end.clone(),
+        }
+    }
+
+    fn end(&self, mut end: End) -> (End, bool) {
+        let mut st = self.state.lock();
+        if let Some(e) = &st.end {
+            return (e.clone(), false);
+        }
+        end.seq = st.head;
+        st.end = Some(end.clone());
+        drop(st);
+        self.wake.send_modify(|_| {});
+        (end, true)
+    }
+
+    fn ended(&self) -> Option<End> {
+        self.state.lock().end.clone()
+    }
+
+    fn head(&self) -> u64 {
+        self.state.lock().head
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.state.lock().held()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.wake.subscribe()
+    }
+
+    fn wake(&self) {
+        self.wake.send_modify(|_| {});
+    }
+}

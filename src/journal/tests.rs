@@ -1,0 +1,73 @@
+//! Tests of the journal contract on the in-memory journal.
+
+use bytes::Bytes;
+
+use super::memory::MemoryJournal;
+use super::*;
+use crate::format::{agui::Agui, Format};
+use crate::sse::SseEvent;
+
+fn ev(json: &'static str) -> Event {
+    Agui.classify(&SseEvent {
+        event: None,
+        data: Bytes::from_static(json.as_bytes()),
+        id: None,
+    })
+}
+
+#[test]
+fn the_first_end_wins_and_takes_the_head_as_its_seq() {
+    let j = MemoryJournal::new("r", 8);
+    j.append(&[
+        ev(r#"{"type":"RUN_STARTED"}"#),
+        ev(r#"{"type":"RUN_FINISHED"}"#),
+    ]);
+    let (end, set) = j.end(End::superseded("r2"));
+    assert!(set);
+    assert_eq!((end.seq, end.superseded), (2, true));
+    let (end, set) = j.end(End::finished(true, None));
+    assert!(!set);
+    assert_eq!(end.next_run_id.as_deref(), Some("r2"));
+    assert_eq!(j.ended(), Some(end));
+}
+
+#[test]
+fn nothing_is_appended_after_the_end() {
+    let j = MemoryJournal::new("r", 8);
+    j.end(End::finished(false, Some(EndReason::Cancelled)));
+    assert_eq!(j.append(&[ev(r#"{"type":"X"}"#)]).events, 0);
+    assert_eq!(j.head(), 0);
+}
+
+#[tokio::test]
+async fn readers_are_woken_by_a_batch_an_end_and_a_wake() {
+    let j = MemoryJournal::new("r", 8);
+    let mut rx = j.subscribe();
+    j.append(&[ev(r#"{"type":"X"}"#)]);
+    assert!(rx.has_changed().unwrap());
+    rx.borrow_and_update();
+    j.wake();
+    assert!(rx.has_changed().unwrap());
+    rx.borrow_and_update();
+    j.end(End::finished(true, None));
+    assert!(rx.has_changed().unwrap());
+}
+
+#[test]
+fn end_reasons_read_as_their_wire_names() {
+    let names: Vec<&str> = EndReason::ALL.iter().map(|r| r.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "superseded",
+            "cancelled",
+            "max_duration",
+            "abandoned",
+            "shutdown",
+            "upstream_reset",
+            "upstream_timeout",
+            "no_terminal_event",
+            "not_committed"
+        ]
+    );
+}

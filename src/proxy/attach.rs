@@ -1,0 +1,113 @@
+//! Attach routes: parse the request (protocol 1), decide per the attach table
+//! ([`crate::attach`]), wait or record on a miss, and serve the client as an observer. A request
+//! without `"protocol": 1` goes to the backend unchanged.
+
+use log::{debug, info};
+use pingora_proxy::Session;
+
+use super::session::{header_value, read_body, write_sse_header, Handled, Reply};
+use super::Sidecar;
+use crate::attach::{self, Decision};
+use crate::auth::Auth;
+use crate::config::{OnMiss, Route};
+use crate::dialect::protocol1::Protocol1;
+use crate::dialect::{Dialect, Incoming};
+use crate::error::{ApiError, Code};
+use crate::metrics::AttachResult;
+use crate::observer::Start;
+use crate::registry::Admission;
+use crate::run::mint_run_id;
+
+impl Sidecar {
+    /// `kind = "attach"`: serve the chat's run from the buffer.
+    pub(crate) async fn attach(&self, session: &mut Session, route: &Route) -> Handled {
+        let s = &self.shared;
+        let max_wait = s.cfg.recorder.max_wait.0;
+        let get = session.req_header().method == http::Method::GET;
+        let body = match get {
+            true => bytes::Bytes::new(),
+            false => match read_body(session, s.cfg.recorder.max_body_bytes).await {
+                Ok(b) => b,
+                Err(e) => return e.into(),
+            },
+        };
+        let query = session.req_header().uri.query().map(str::to_string);
+        let header = |name: &str| header_value(session, name);
+        let req = Protocol1.parse(&Incoming {
+            get,
+            query: query.as_deref(),
+            header: &header,
+            body: &body,
+            chat_id: &route.chat_id,
+            max_wait,
+        })?;
+        if !req.protocol1 {
+            // A legacy attach goes to the backend unchanged, unrecorded.
+            return Ok(self.forward_unrecorded(session, body).await?.1);
+        }
+        let owner = self.owner(session)?;
+        let scope = Auth::scope(&owner, &req.chat_id);
+        let mut decision = attach::decide(
+            &s.registry,
+            &scope,
+            &owner,
+            req.run_id.as_deref(),
+            req.after_seq,
+        );
+        if matches!(decision, Decision::Missing) {
+            let mut wait = req.wait;
+            if route.on_miss == OnMiss::Record {
+                let run_id = mint_run_id();
+                if let Ok(pending) =
+                    s.registry
+                        .register(&scope, owner, &run_id, Admission::AttachRecord)
+                {
+                    info!(
+                        "attach for chat {:?} found no run; recording the backend's live stream",
+                        req.chat_id
+                    );
+                    return self
+                        .run_upstream(session, route, pending, run_id, body, false)
+                        .await;
+                }
+                // Another attach is fetching it: wait for that run to go live.
+                wait = max_wait.max(req.wait);
+            }
+            decision = attach::wait_for_run(&s.registry, &scope, &owner, wait).await;
+        }
+        let (run, start, reset) = match decision {
+            Decision::NoContent | Decision::Missing => {
+                s.metrics.attach.inc(AttachResult::NoContent);
+                debug!("attach chat {:?}: 204", req.chat_id);
+                return Ok(Reply::Json(204, None));
+            }
+            Decision::Serve { run, start, reset } => (run, start, reset),
+        };
+        if run.observers() >= s.cfg.limits.max_observers_per_run {
+            return Err(ApiError::new(
+                Code::TooManyObservers,
+                "this run has as many observers as it may",
+            ));
+        }
+        if let Some(reason) = reset {
+            s.metrics.snapshot_resets.inc(reason);
+        }
+        let result = match start {
+            Start::After(c) if run.end().is_some_and(|e| e.seq == c) => AttachResult::EndOnly,
+            Start::After(_) => AttachResult::Replay,
+            _ => AttachResult::Snapshot,
+        };
+        s.metrics.attach.inc(result);
+        debug!(
+            "attach chat {:?}: run {} {} reset {:?}",
+            req.chat_id,
+            run.id(),
+            result.as_str(),
+            reset.map(|r| r.as_str())
+        );
+        if !write_sse_header(session, run.id()).await {
+            return Ok(Reply::Abort);
+        }
+        Ok(self.observe(session, &run, start, None).await)
+    }
+}

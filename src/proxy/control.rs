@@ -1,0 +1,161 @@
+//! Control routes: stop a run, report a chat's run status, and record resolution events.
+//!
+//! Every lookup is scoped by the caller's owner, so a request about another caller's chat gets
+//! exactly the answer an unknown chat gets.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use log::{info, warn};
+use pingora_proxy::Session;
+use serde_json::json;
+
+use super::session::{header_value, read_body, Handled, Reply};
+use super::Sidecar;
+use crate::auth::Auth;
+use crate::config::Route;
+use crate::error::{ApiError, Code};
+use crate::format::{agui::Agui, Format};
+use crate::journal::EndReason;
+use crate::request;
+use crate::run::Run;
+use crate::sse::SseEvent;
+
+/// How long a stop waits for the producer before answering 202.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// The answer for a chat with no such run (also what another owner's chat gets).
+fn no_run() -> ApiError {
+    ApiError::new(Code::NoRun, "the chat has no such run")
+}
+
+/// Waits until `run`'s producer has stopped, or `limit` passes; returns whether it stopped.
+async fn stopped(run: &Run, limit: Duration) -> bool {
+    let mut rx = run.subscribe();
+    tokio::time::timeout(limit, rx.wait_for(|_| !run.is_producing()))
+        .await
+        .is_ok_and(|r| r.is_ok())
+}
+
+impl Sidecar {
+    /// `kind = "stop"`: `{"chat_id", "run_id"?, "cancel_request_id"?}` stops the named run or the
+    /// chat's active run by aborting its upstream request.
+    pub(crate) async fn stop(&self, session: &mut Session, route: &Route) -> Handled {
+        let s = &self.shared;
+        let owner = self.owner(session)?;
+        let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
+            Ok(b) => b,
+            Err(e) => return e.into(),
+        };
+        let req = request::stop(&route.chat_id, &body)?;
+        let scope = Auth::scope(&owner, &req.chat_id);
+        // A repeated cancel_request_id names the run it stopped the first time.
+        let run_id = req.run_id.or_else(|| {
+            req.cancel_request_id
+                .as_deref()
+                .and_then(|c| s.registry.cancelled_run(&scope, &owner, c))
+        });
+        let run: Option<Arc<Run>> = match &run_id {
+            Some(id) => s.registry.find(&scope, &owner, id),
+            None => s.registry.current(&scope, &owner),
+        };
+        let run = run.ok_or_else(no_run)?;
+        if let Some(c) = &req.cancel_request_id {
+            s.registry.remember_cancel(&scope, c, run.id());
+        }
+        if run.is_producing() {
+            info!("run {}: stop requested", run.id());
+            run.request_stop(EndReason::Cancelled);
+        }
+        if route.forward {
+            self.forward_stop(session, body);
+        }
+        let (status, body) = if stopped(&run, STOP_WAIT).await {
+            let persisted = run.end().is_some_and(|e| e.persisted);
+            (
+                200,
+                json!({"run_id": run.id(), "execution_stopped": true, "terminal_persisted": persisted}),
+            )
+        } else {
+            (
+                202,
+                json!({"run_id": run.id(), "execution_stopped": false, "terminal_persisted": false}),
+            )
+        };
+        Ok(Reply::Json(status, Some(body)))
+    }
+
+    /// Tells the backend too, detached: the client's answer does not wait for it.
+    fn forward_stop(&self, session: &Session, body: Bytes) {
+        let upstream = self.shared.upstream.clone();
+        let metrics = self.shared.metrics.clone();
+        let req = session.req_header().clone();
+        tokio::spawn(async move {
+            match upstream.open(&req, &body, None).await {
+                Ok(mut up) => {
+                    while let Ok(Some(_)) = up.read_response_body().await {}
+                    upstream.release(up).await;
+                }
+                Err(e) => {
+                    metrics.upstream_errors.inc(e.kind);
+                    warn!("forwarding a stop to the backend failed: {e}");
+                }
+            }
+        });
+    }
+
+    /// `kind = "status"`: the chat's current run, or 204.
+    pub(crate) async fn status(&self, session: &mut Session, route: &Route) -> Handled {
+        let s = &self.shared;
+        let owner = self.owner(session)?;
+        let query = session.req_header().uri.query().map(str::to_string);
+        let chat_id = request::status(&route.chat_id, query.as_deref(), |h| {
+            header_value(session, h)
+        })?;
+        let Some(run) = s.registry.current(&Auth::scope(&owner, &chat_id), &owner) else {
+            return Ok(Reply::Json(204, None));
+        };
+        let end = run.end();
+        let v = json!({
+            "run_id": run.id(),
+            "status": if end.is_none() { "running" } else { "completed" },
+            "seq": run.head(),
+            "persisted": end.as_ref().is_some_and(|e| e.persisted),
+            "superseded": end.as_ref().is_some_and(|e| e.superseded),
+        });
+        Ok(Reply::Json(200, Some(v)))
+    }
+
+    /// `kind = "annotate"`: forward, and on a 2xx answer append the request body (which must be
+    /// JSON) to the chat's active run as a `CUSTOM` event named `tether.resolution`.
+    pub(crate) async fn annotate(&self, session: &mut Session, route: &Route) -> Handled {
+        let s = &self.shared;
+        let (owner, body, req) = match self.read_turn(session, route).await {
+            Ok(t) => t,
+            Err(h) => return h,
+        };
+        let event = request::resolution(&body)?;
+        let (status, reply) = self.forward_unrecorded(session, body).await?;
+        if !(200..300).contains(&status) {
+            return Ok(reply);
+        }
+        let scope = Auth::scope(&owner, &req.chat_id);
+        let Some(run) = s
+            .registry
+            .current(&scope, &owner)
+            .filter(|r| r.end().is_none())
+        else {
+            return Ok(reply);
+        };
+        let event = Agui.classify(&SseEvent {
+            event: None,
+            data: Bytes::from(event),
+            id: None,
+        });
+        let appended = run.append(&[event]);
+        s.registry.add_bytes(appended.bytes);
+        info!("run {}: resolution recorded", run.id());
+        Ok(reply)
+    }
+}

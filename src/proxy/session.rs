@@ -1,0 +1,325 @@
+//! A Pingora session as the handlers use it: reading a capped body, writing whole responses and
+//! SSE heads, one [`relay`] for every answer passed through chunk by chunk, forwarding a request
+//! tether does not record, and serving an observer.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use log::debug;
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::Result;
+use pingora_http::ResponseHeader;
+use pingora_proxy::Session;
+
+use super::Sidecar;
+use crate::error::{ApiError, Code};
+use crate::observer::{self, Sink, Start};
+use crate::run::{ObserverGuard, Run};
+use crate::upstream::producer::TeeReader;
+use crate::upstream::{relayed, Upstream};
+
+/// How a handled request ended, for the adapter. Errors are [`ApiError`]s beside it.
+pub(crate) enum Reply {
+    /// A response was written completely.
+    Done,
+    /// The client left or the response was cut: close the connection.
+    Abort,
+    /// Answer with this status and JSON body (`None`: no body).
+    Json(u16, Option<serde_json::Value>),
+}
+
+/// What a handler returns: a reply, or an error answer.
+pub(crate) type Handled = std::result::Result<Reply, ApiError>;
+
+/// Writes the reply or the error answer; the request is always handled here.
+pub(crate) async fn finish(session: &mut Session, r: Handled) -> Result<bool> {
+    match r {
+        Ok(Reply::Done) => {}
+        Ok(Reply::Abort) => {
+            session.set_keepalive(None);
+            session.as_downstream_mut().shutdown().await;
+        }
+        Ok(Reply::Json(status, body)) => {
+            let _ = respond(session, status, body.map(|b| Bytes::from(b.to_string()))).await;
+        }
+        Err(e) => {
+            let _ = respond(session, e.status(), Some(e.body())).await;
+        }
+    }
+    Ok(true)
+}
+
+/// Writes a whole small response (`application/json` when there is a body).
+async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Result<()> {
+    let mut h = ResponseHeader::build(status, Some(3))?;
+    h.insert_header("cache-control", "no-store")?;
+    match &body {
+        Some(b) => {
+            h.insert_header("content-type", "application/json")?;
+            h.insert_header("content-length", b.len().to_string())?;
+        }
+        None => h.insert_header("content-length", "0")?,
+    }
+    session
+        .write_response_header(Box::new(h), body.is_none())
+        .await?;
+    if let Some(b) = body {
+        session.write_response_body(Some(b), true).await?;
+    }
+    Ok(())
+}
+
+/// Starts a protocol-1 stream; false when the client is gone.
+pub(crate) async fn write_sse_header(session: &mut Session, run_id: &str) -> bool {
+    let header = || -> Result<ResponseHeader> {
+        let mut h = ResponseHeader::build(200, Some(5))?;
+        h.insert_header("content-type", "text/event-stream")?;
+        h.insert_header("cache-control", "no-cache")?;
+        h.insert_header("transfer-encoding", "chunked")?;
+        h.insert_header("x-accel-buffering", "no")?;
+        h.insert_header("x-tether-run-id", run_id)?;
+        Ok(h)
+    };
+    match header() {
+        Ok(h) => session
+            .write_response_header(Box::new(h), false)
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Reads the whole request body, up to `cap` bytes (over it: 413).
+pub(crate) async fn read_body(
+    session: &mut Session,
+    cap: usize,
+) -> std::result::Result<Bytes, BodyError> {
+    let too_large = || {
+        BodyError::Refused(ApiError::new(
+            Code::BodyTooLarge,
+            format!("the request body is over {cap} bytes"),
+        ))
+    };
+    let declared = session
+        .req_header()
+        .headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > cap) {
+        return Err(too_large());
+    }
+    let mut buf = BytesMut::new();
+    loop {
+        match session.read_request_body().await {
+            Ok(Some(chunk)) => {
+                if buf.len() + chunk.len() > cap {
+                    return Err(too_large());
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(buf.freeze()),
+            Err(e) => {
+                debug!("request body read failed: {e}");
+                return Err(BodyError::Gone);
+            }
+        }
+    }
+}
+
+/// Why a request body was not read.
+pub(crate) enum BodyError {
+    /// Answer this error.
+    Refused(ApiError),
+    /// The client left mid-body.
+    Gone,
+}
+
+impl From<BodyError> for Handled {
+    fn from(e: BodyError) -> Handled {
+        match e {
+            BodyError::Refused(e) => Err(e),
+            BodyError::Gone => Ok(Reply::Abort),
+        }
+    }
+}
+
+/// A request header's value as text.
+pub(crate) fn header_value(session: &Session, name: &str) -> Option<String> {
+    session
+        .req_header()
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Resolves when the client closes or resets its connection while nothing is written. Data
+/// (a pipelined request) is not a close.
+pub(crate) async fn closed(session: &mut Session) {
+    if session
+        .as_downstream_mut()
+        .read_body_or_idle(true)
+        .await
+        .is_ok()
+    {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A Pingora session as an observer's sink.
+struct SessionSink<'a>(&'a mut Session);
+
+#[async_trait]
+impl Sink for SessionSink<'_> {
+    async fn send(&mut self, data: Bytes) -> std::result::Result<(), ()> {
+        self.0
+            .write_response_body(Some(data), false)
+            .await
+            .map_err(|_| ())
+    }
+
+    async fn closed(&mut self) {
+        closed(self.0).await
+    }
+}
+
+/// Where a relayed body comes from.
+pub(crate) enum Source {
+    /// An upstream connection whose body is unread.
+    Upstream(Box<HttpSession>),
+    /// A legacy requester's copy of a recorded run's upstream bytes.
+    Tee(TeeReader),
+}
+
+impl Source {
+    /// The next chunk; `Ok(None)` at a clean end; `Err(())` when the body was cut.
+    async fn next(&mut self) -> std::result::Result<Option<Bytes>, ()> {
+        match self {
+            Source::Upstream(s) => s.read_response_body().await.map_err(|_| ()),
+            Source::Tee(t) => t.next().await,
+        }
+    }
+}
+
+/// Relays `header` and the body of `source` to the client unchanged, chunk by chunk. A body that
+/// ends cleanly ends the response cleanly; a cut body, or a client that leaves (noticed while
+/// idle too), aborts the connection. Returns [`Reply::Done`] only when the body was relayed to
+/// its clean end.
+pub(crate) async fn relay(
+    session: &mut Session,
+    header: ResponseHeader,
+    source: &mut Source,
+) -> Reply {
+    let chunked =
+        matches!(source, Source::Tee(_)) || header.headers.get("content-length").is_none();
+    if session
+        .write_response_header(Box::new(relayed(header, chunked)), false)
+        .await
+        .is_err()
+    {
+        return Reply::Abort;
+    }
+    loop {
+        let next = tokio::select! {
+            c = source.next() => c,
+            _ = closed(session) => return Reply::Abort,
+        };
+        match next {
+            Ok(Some(chunk)) => {
+                if session
+                    .write_response_body(Some(chunk), false)
+                    .await
+                    .is_err()
+                {
+                    return Reply::Abort;
+                }
+            }
+            Ok(None) => break,
+            Err(()) => return Reply::Abort,
+        }
+    }
+    match session.write_response_body(None, true).await {
+        Ok(()) => Reply::Done,
+        Err(_) => Reply::Abort,
+    }
+}
+
+/// Relays an unrecorded upstream answer and returns its connection to the pool when the body
+/// was read to its end.
+pub(crate) async fn relay_upstream(
+    session: &mut Session,
+    upstream: &Upstream,
+    header: ResponseHeader,
+    s: Box<HttpSession>,
+) -> Reply {
+    let mut source = Source::Upstream(s);
+    let reply = relay(session, header, &mut source).await;
+    if let (Reply::Done, Source::Upstream(s)) = (&reply, source) {
+        upstream.release(*s).await;
+    }
+    reply
+}
+
+impl Sidecar {
+    /// Sends a request tether does not record to the backend and relays the answer unchanged.
+    /// Returns the upstream status with how the relay ended.
+    pub(crate) async fn forward_unrecorded(
+        &self,
+        session: &mut Session,
+        body: Bytes,
+    ) -> std::result::Result<(u16, Reply), ApiError> {
+        let s = &self.shared;
+        let up = match s.upstream.open(session.req_header(), &body, None).await {
+            Ok(u) => u,
+            Err(e) => {
+                s.metrics.upstream_errors.inc(e.kind);
+                return Err(unreachable());
+            }
+        };
+        let Some(header) = up.response_header().cloned() else {
+            return Err(unreachable());
+        };
+        let status = header.status.as_u16();
+        Ok((
+            status,
+            relay_upstream(session, &s.upstream, header, Box::new(up)).await,
+        ))
+    }
+
+    /// Serves `run` to this client as an observer, then ends the response.
+    pub(crate) async fn observe(
+        &self,
+        session: &mut Session,
+        run: &Arc<Run>,
+        start: Start,
+        guard: Option<ObserverGuard>,
+    ) -> Reply {
+        let s = &self.shared;
+        // Counted by the drain until this observer has written its end or left.
+        let _tracked = s.observers.token();
+        session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
+        let opts = observer::Options {
+            heartbeat: s.cfg.server.heartbeat.0,
+        };
+        let mut sink = SessionSink(session);
+        let outcome =
+            observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
+        match outcome {
+            observer::Outcome::Ended => match session.write_response_body(None, true).await {
+                Ok(()) => Reply::Done,
+                Err(_) => Reply::Abort,
+            },
+            _ => Reply::Abort,
+        }
+    }
+}
+
+/// The 502 answered when the backend cannot be reached.
+pub(crate) fn unreachable() -> ApiError {
+    ApiError::new(
+        Code::UpstreamUnreachable,
+        "the backend could not be reached",
+    )
+}

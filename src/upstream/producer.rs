@@ -1,0 +1,337 @@
+//! The producer: the detached task that sends a recorded request upstream and reads the answer
+//! to its end, whatever the observers do.
+//!
+//! The task owns its upstream connection (Pingora's HTTP connector, read and write timeouts set
+//! explicitly), so a client leaving never reaches the backend. It reports the upstream's answer
+//! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
+//! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
+//! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
+//! verdict) is [`Ingest`]'s; this file does I/O and metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use log::{info, warn};
+use pingora_core::protocols::http::client::HttpSession;
+use pingora_http::{RequestHeader, ResponseHeader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
+
+use super::{is_recordable, kind_of, Upstream};
+use crate::config::Commit;
+use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::format::{Event, Format};
+use crate::ingest::{outcome, Ending, Ingest};
+use crate::journal::EndReason;
+use crate::metrics::{DropReason, Metrics};
+use crate::registry::{Pending, Registry};
+use crate::run::{ObserverGuard, Run};
+
+/// Upstream chunks queued for a legacy requester before it counts as too slow and is cut off.
+const RAW_QUEUE: usize = 1024;
+
+/// The upstream's answer, reported once by the producer.
+pub enum Head {
+    /// The run is live and recording.
+    Live {
+        /// The run.
+        run: Arc<Run>,
+        /// The upstream response header.
+        header: ResponseHeader,
+        /// The upstream bytes, unchanged, when a legacy tee was asked for.
+        legacy: Option<TeeReader>,
+        /// Counts the requester as attached from the first event on.
+        guard: ObserverGuard,
+    },
+    /// Not recorded (non-2xx or not SSE): the requester relays this answer unchanged and
+    /// returns the connection to the pool once it is read to its end.
+    Relay {
+        /// The upstream response header.
+        header: ResponseHeader,
+        /// The upstream connection, its body still unread.
+        upstream: Box<HttpSession>,
+    },
+    /// The backend could not be reached or answered garbage.
+    Failed(UpstreamError),
+}
+
+/// The producer's side of a legacy requester's copy of the upstream bytes.
+struct Tee {
+    data: mpsc::Sender<Bytes>,
+    clean: oneshot::Sender<()>,
+}
+
+/// A legacy requester's copy of the upstream bytes. The data channel closes when the upstream
+/// ended or when this reader fell too far behind; only a clean upstream end also delivers the
+/// clean mark, so a cut is never mistaken for an end.
+pub struct TeeReader {
+    data: mpsc::Receiver<Bytes>,
+    clean: oneshot::Receiver<()>,
+}
+
+impl TeeReader {
+    /// The next chunk; `Ok(None)` once the upstream ended cleanly, `Err(())` when the stream was
+    /// cut (upstream failure, stop, or this reader too slow).
+    pub async fn next(&mut self) -> Result<Option<Bytes>, ()> {
+        match self.data.recv().await {
+            Some(chunk) => Ok(Some(chunk)),
+            // The producer sends the clean mark before it drops the data channel.
+            None => match self.clean.try_recv() {
+                Ok(()) => Ok(None),
+                Err(_) => Err(()),
+            },
+        }
+    }
+}
+
+fn tee() -> (Tee, TeeReader) {
+    let (data_tx, data_rx) = mpsc::channel(RAW_QUEUE);
+    let (clean_tx, clean_rx) = oneshot::channel();
+    (
+        Tee {
+            data: data_tx,
+            clean: clean_tx,
+        },
+        TeeReader {
+            data: data_rx,
+            clean: clean_rx,
+        },
+    )
+}
+
+/// Everything a producer needs.
+pub struct Job {
+    /// The backend client.
+    pub upstream: Arc<Upstream>,
+    /// Where the run goes live.
+    pub registry: Arc<Registry>,
+    /// Metric families.
+    pub metrics: Metrics,
+    /// The chat's pending registration, released once the upstream answered.
+    pub pending: Pending,
+    /// The transport run id, minted before forwarding.
+    pub run_id: String,
+    /// Route label for metrics.
+    pub route: String,
+    /// The format the run's events are classified by.
+    pub format: &'static dyn Format,
+    /// When the run counts as persisted.
+    pub commit: Commit,
+    /// Replay window size.
+    pub window: usize,
+    /// Largest event recorded.
+    pub max_event: usize,
+    /// Stop the run after this long, if set.
+    pub max_duration: Option<Duration>,
+    /// The client's request header.
+    pub request: RequestHeader,
+    /// The client's request body.
+    pub body: Bytes,
+    /// Tee the raw upstream bytes for a legacy requester.
+    pub legacy: bool,
+}
+
+/// Starts the producer as its own task, detached from the requester: whatever the requester
+/// does, the producer reads the upstream to its end. The receiver gets the upstream's answer.
+/// `tracker` counts the task until it ends (the drain waits on it).
+pub fn spawn(tracker: &TaskTracker, job: Job) -> oneshot::Receiver<Head> {
+    let (tx, rx) = oneshot::channel();
+    tracker.spawn(produce(job, tx));
+    rx
+}
+
+fn failed(m: &Metrics, run_id: &str, e: UpstreamError) -> Head {
+    warn!("upstream failed for run {run_id}: {e}");
+    m.upstream_errors.inc(e.kind);
+    Head::Failed(e)
+}
+
+async fn produce(job: Job, head: oneshot::Sender<Head>) {
+    let Job {
+        upstream,
+        registry,
+        metrics: m,
+        pending,
+        run_id,
+        route,
+        format,
+        commit,
+        window,
+        max_event,
+        max_duration,
+        request,
+        body,
+        legacy,
+    } = job;
+    let mut s = match upstream.open(&request, &body, Some(&run_id)).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = head.send(failed(&m, &run_id, e));
+            return;
+        }
+    };
+    let Some(header) = s.response_header().cloned() else {
+        let e = UpstreamError {
+            kind: UpstreamErrorKind::Protocol,
+            message: "upstream sent no response header".into(),
+        };
+        let _ = head.send(failed(&m, &run_id, e));
+        return;
+    };
+    if !is_recordable(&header) {
+        if !header.status.is_success() {
+            m.upstream_errors.inc(UpstreamErrorKind::Status);
+        }
+        let _ = head.send(Head::Relay {
+            header,
+            upstream: Box::new(s),
+        });
+        return;
+    }
+    let run = Arc::new(Run::new(run_id, window));
+    let chat_id = pending.scope().to_string();
+    let guard = run.observe();
+    registry.go_live(&pending, run.clone());
+    drop(pending);
+    m.runs_started.with_label_values(&[&route]).inc();
+    m.runs_active.inc();
+    let (tee, legacy) = match legacy {
+        true => {
+            let (t, r) = tee();
+            (Some(t), Some(r))
+        }
+        false => (None, None),
+    };
+    info!(
+        "run {} started: chat {:?} route {} format {}",
+        run.id(),
+        chat_id,
+        route,
+        format.name()
+    );
+    let _ = head.send(Head::Live {
+        run: run.clone(),
+        header,
+        legacy,
+        guard,
+    });
+    let mut ingest = Ingest::new(format, commit, max_event);
+    let deadline = max_duration.map(|d| tokio::time::Instant::now() + d);
+    let (ending, tee) = read(&mut s, &run, &registry, &m, deadline, &mut ingest, tee).await;
+    let verdict = ingest.verdict(ending);
+    let end = run.settle(verdict.persisted, verdict.reason);
+    let outcome = outcome(&end, ending);
+    m.runs_finished.inc(outcome);
+    m.runs_active.dec();
+    // Only now publish the end: whoever sees it also sees it counted.
+    run.done();
+    registry.notify();
+    if let (Ending::Clean, Some(tee)) = (ending, tee) {
+        let _ = tee.clean.send(());
+    }
+    info!(
+        "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
+        run.id(),
+        chat_id,
+        outcome.as_str(),
+        end.reason.map_or("-", EndReason::as_str),
+        run.started().elapsed().as_secs_f64(),
+        ingest.events(),
+        ingest.bytes(),
+        run.peak_observers(),
+    );
+    if ending == Ending::Clean {
+        upstream.release(s).await;
+    }
+}
+
+/// Reads the live upstream to its end (or a stop), recording every batch. Returns how it ended
+/// and the legacy tee if it is still attached.
+async fn read(
+    s: &mut HttpSession,
+    run: &Arc<Run>,
+    registry: &Registry,
+    m: &Metrics,
+    deadline: Option<tokio::time::Instant>,
+    ingest: &mut Ingest,
+    mut tee: Option<Tee>,
+) -> (Ending, Option<Tee>) {
+    let mut batch: Vec<Event> = Vec::new();
+    // Built once: a stop or the deadline is noticed without re-arming them per read.
+    let stop = run.stop_requested();
+    let expiry = sleep_until(deadline);
+    tokio::pin!(stop, expiry);
+    let ending = loop {
+        let read = tokio::select! {
+            biased;
+            r = s.read_response_body() => r,
+            reason = &mut stop => break Ending::Stopped(reason),
+            _ = &mut expiry => break Ending::Stopped(EndReason::MaxDuration),
+        };
+        let chunk = match read {
+            Ok(Some(c)) => c,
+            Ok(None) => break Ending::Clean,
+            Err(e) => {
+                let kind = kind_of(&e, false);
+                m.upstream_errors.inc(kind);
+                warn!("run {}: upstream read failed: {e}", run.id());
+                break Ending::Failed(match kind {
+                    UpstreamErrorKind::Timeout => EndReason::UpstreamTimeout,
+                    _ => EndReason::UpstreamReset,
+                });
+            }
+        };
+        m.upstream_bytes.inc_by(chunk.len() as u64);
+        if let Some(t) = &tee {
+            if let Err(e) = t.data.try_send(chunk.clone()) {
+                if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                    warn!(
+                        "run {}: legacy client too slow, its stream is cut",
+                        run.id()
+                    );
+                }
+                tee = None;
+            }
+        }
+        let fed = ingest.feed(&chunk, &mut batch);
+        for bytes in fed.oversized {
+            m.events_dropped.inc(DropReason::Oversized);
+            warn!(
+                "run {}: dropped an upstream event over {bytes} bytes",
+                run.id()
+            );
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        m.upstream_events.inc_by(batch.len() as u64);
+        let appended = run.append(&batch);
+        registry.add_bytes(appended.bytes);
+        if appended.events < batch.len() {
+            m.events_dropped
+                .inc_by(DropReason::AfterEnd, (batch.len() - appended.events) as u64);
+        }
+        if run.observers() == 0 {
+            m.unobserved_events.inc_by(appended.events as u64);
+        }
+    };
+    if ingest.finish() && ending == Ending::Clean {
+        m.upstream_errors.inc(UpstreamErrorKind::Protocol);
+        warn!(
+            "run {}: upstream ended inside an event; it was discarded",
+            run.id()
+        );
+    }
+    (ending, tee)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests;
