@@ -19,7 +19,7 @@
 //! | requests | [`request`] → [`proxy`] → [`record`] / [`attach`] / [`control`] |
 //! | upstream | [`upstream`] → [`producer`] |
 //! | downstream | [`observer`] |
-//! | process | [`config`] → [`server`] → [`admin`], [`metrics`], [`demo`] |
+//! | process | [`config`] → [`server`] → [`admin`], [`metrics`], [`demo`], [`logging`] |
 //!
 //! The pure core imports nothing from Pingora and no network types.
 
@@ -32,6 +32,7 @@ pub mod control;
 pub mod demo;
 pub mod event;
 pub mod frames;
+pub mod logging;
 pub mod metrics;
 pub mod observer;
 pub mod producer;
