@@ -18,7 +18,7 @@
 //! | pure core: requests and answers | [`request`], [`attach`] (policy), [`error`], [`json`] |
 //! | state | [`auth`] → [`registry`] → [`run`] |
 //! | edges | [`proxy`] (Pingora adapter) → [`upstream`] (backend client and producer) / [`observer`] (write loop) |
-//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`] |
+//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`], [`logging`] |
 //!
 //! The pure core imports nothing from Pingora and no network types.
 
@@ -34,6 +34,7 @@ pub mod format;
 pub mod ingest;
 pub mod journal;
 pub mod json;
+pub mod logging;
 pub mod metrics;
 pub mod observer;
 pub mod proxy;

@@ -25,7 +25,10 @@ fn init_logging(format: &str) {
             writeln!(buf, "{line}")
         });
     }
-    b.init();
+    // Pingora's records at the level their cause deserves (src/logging.rs).
+    if let Err(e) = tether::logging::install(b.build()) {
+        eprintln!("tether: cannot set up logging: {e}");
+    }
 }
 
 fn banner(h: &tether::server::Handle) {

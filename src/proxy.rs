@@ -130,4 +130,10 @@ impl ProxyHttp for Sidecar {
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
         Ok(self.shared.upstream.peer())
     }
+
+    /// The request as Pingora names it in its log records (`METHOD PATH, Host: HOST`), each part
+    /// bounded so a hostile path cannot flood the log. Default: the whole request line.
+    fn request_summary(&self, session: &Session, _ctx: &()) -> String {
+        crate::logging::request_summary(session.req_header())
+    }
 }
