@@ -338,6 +338,13 @@ impl Registry {
         out
     }
 
+    /// Every run still producing that has had no observer for at least `after`.
+    pub fn abandoned(&self, after: Duration) -> Vec<Arc<Run>> {
+        let mut runs = self.producing();
+        runs.retain(|r| r.end().is_none() && r.unobserved_for().is_some_and(|d| d >= after));
+        runs
+    }
+
     /// Number of chats held.
     pub fn chats(&self) -> usize {
         self.chats.len()

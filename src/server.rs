@@ -173,14 +173,12 @@ async fn sweeper(
 
 /// Stops every producing run that no client has watched for `after`.
 fn stop_abandoned(registry: &Registry, after: Duration) {
-    for run in registry.producing() {
-        if run.end().is_none() && run.unobserved_for().is_some_and(|d| d >= after) {
-            info!(
-                "run {}: no observer for {after:?}; stopping it as abandoned",
-                run.id()
-            );
-            run.request_stop(EndReason::Abandoned);
-        }
+    for run in registry.abandoned(after) {
+        info!(
+            "run {}: no observer for {after:?}; stopping it as abandoned",
+            run.id()
+        );
+        run.request_stop(EndReason::Abandoned);
     }
 }
 

@@ -3,7 +3,9 @@
 //! `tether::logging::Rewrite` over a capturing logger (self-contained: no shared test harness).
 
 use std::net::SocketAddr;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use log::{Level, LevelFilter, Log, Metadata, Record};
@@ -28,7 +30,7 @@ struct Capture(Mutex<Vec<Line>>);
 
 impl Capture {
     fn lines(&self) -> Vec<Line> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0.lock().clone()
     }
 }
 
@@ -43,7 +45,7 @@ impl Log for Capture {
                 target: r.target().to_string(),
                 text: r.args().to_string(),
             };
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            self.0.lock().push(line);
         }
     }
     fn flush(&self) {}

@@ -128,3 +128,26 @@ async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
     let d = wait_for_run(&reg, "none", &Owner::NONE, Duration::from_millis(1)).await;
     assert!(matches!(d, Decision::NoContent));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_attach_waits_exactly_wait_ms_for_a_run() {
+    let reg = Registry::new(Duration::from_secs(60), 8);
+    let start = tokio::time::Instant::now();
+    let d = wait_for_run(&reg, "c", &Owner::NONE, Duration::from_secs(30)).await;
+    assert!(matches!(d, Decision::NoContent));
+    assert_eq!(start.elapsed(), Duration::from_secs(30));
+
+    let r2 = reg.clone();
+    let waiter =
+        tokio::spawn(
+            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
+        );
+    tokio::time::sleep(Duration::from_secs(29)).await;
+    live(&reg, "c", "r1", 8);
+    match waiter.await.unwrap() {
+        Decision::Serve { run, start: s, .. } => {
+            assert_eq!((run.id(), s), ("r1", Start::Snapshot));
+        }
+        other => panic!("{other:?}"),
+    }
+}

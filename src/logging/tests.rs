@@ -1,6 +1,6 @@
 //! Unit tests of the record rewriting: sample Pingora 0.9 messages as they are logged.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use log::{Level, Log, Metadata, Record};
 use pingora_http::RequestHeader;
@@ -193,7 +193,7 @@ impl Log for Capture {
     }
     fn log(&self, r: &Record<'_>) {
         if self.enabled(r.metadata()) {
-            let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut v = self.0.lock();
             v.push((r.level(), r.target().to_string(), r.args().to_string()));
         }
     }
@@ -252,12 +252,7 @@ fn the_wrapper_applies_the_verdict_and_the_inner_filter() {
         format_args!("{}", "c".repeat(3 * MAX_MESSAGE)),
     );
 
-    let got = log
-        .inner()
-        .0
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let got = log.inner().0.lock().clone();
     assert_eq!(got.len(), 4, "{got:?}");
     assert_eq!(got[0].0, Level::Warn);
     assert_eq!(

@@ -146,3 +146,28 @@ async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     );
     assert_eq!(frames[1]["reason"], "no_terminal_event");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_observer_gets_a_keepalive_comment_each_heartbeat_and_nothing_between() {
+    let run = Arc::new(Run::new("r", 8));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_gate_tx, gate) = watch::channel(true);
+    let (r, m) = (run.clone(), Metrics::new());
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        let opts = Options {
+            heartbeat: Duration::from_secs(15),
+        };
+        let stop = CancellationToken::new();
+        serve(&mut sink, &r, Start::After(0), None, &opts, &m, &stop).await
+    });
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    assert!(rx.try_recv().is_err(), "nothing before the first heartbeat");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(KEEPALIVE));
+    assert!(rx.try_recv().is_err());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(KEEPALIVE));
+    run.finish(true, None);
+    assert_eq!(task.await.unwrap(), Outcome::Ended);
+}

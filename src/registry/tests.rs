@@ -183,3 +183,53 @@ fn run_ids_are_fresh_and_valid() {
     assert!(crate::request::check_run_id(&a).is_ok());
     assert_ne!(a, crate::run::mint_run_id());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_completed_run_is_kept_for_exactly_its_retention() {
+    let reg = reg(Duration::from_secs(300), 8);
+    let run = live(&reg, "c", "r1");
+    run.finish(true, None);
+    tokio::time::advance(Duration::from_secs(299)).await;
+    assert_eq!(reg.sweep(Instant::now()), Swept::default());
+    assert!(reg.current("c", &ANY).is_some());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(reg.sweep(Instant::now()).expired, 1);
+    assert!(reg.current("c", &ANY).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lookup_sweeps_lazily_at_most_once_a_second() {
+    let reg = reg(Duration::from_millis(10), 8);
+    let evicted = Arc::new(AtomicUsize::new(0));
+    let e = evicted.clone();
+    reg.on_evict(move |s| {
+        e.fetch_add(s.expired, Ordering::Relaxed);
+    });
+    live(&reg, "c", "r1").finish(true, None);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    // Within a second of the registry's start no lookup sweeps.
+    assert!(reg.current("c", &ANY).is_some());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert!(reg.current("c", &ANY).is_none());
+    assert_eq!(evicted.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_unobserved_for_the_abandon_time_is_abandoned_and_a_watched_one_is_not() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let lonely = live(&reg, "a", "r1");
+    let watched = live(&reg, "b", "r2");
+    let _guard = watched.observe();
+    tokio::time::advance(Duration::from_secs(9)).await;
+    assert!(reg.abandoned(Duration::from_secs(10)).is_empty());
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let gone: Vec<String> = reg
+        .abandoned(Duration::from_secs(10))
+        .iter()
+        .map(|r| r.id().to_string())
+        .collect();
+    assert_eq!(gone, ["r1"]);
+    // An observer that came and left restarts the clock.
+    drop(lonely.observe());
+    assert!(reg.abandoned(Duration::from_secs(10)).is_empty());
+}
