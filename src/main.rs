@@ -5,16 +5,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use tether::config::{Config, Flags};
+use tether::config::{Config, Flags, LogFormat};
 use tether::server::demo::DemoOptions;
 
 /// Exit status for an invalid configuration (EX_USAGE).
 const EXIT_CONFIG: u8 = 64;
 
-fn init_logging(format: &str) {
+fn init_logging(format: LogFormat) {
     let env = env_logger::Env::default().default_filter_or("info");
     let mut b = env_logger::Builder::from_env(env);
-    if format == "json" {
+    if format == LogFormat::Json {
         b.format(|buf, rec| {
             let line = serde_json::json!({
                 "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
@@ -70,7 +70,21 @@ async fn shutdown_signal() {
 }
 
 fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let flags = match Flags::try_parse() {
+        Ok(f) => f,
+        // --help and --version print and succeed; a bad flag is a configuration error.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!(
+                "tether: invalid configuration: {}",
+                e.render().to_string().trim_end()
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let cfg = match Config::load(&flags) {
         Ok(c) => c,
         Err(e) => {
@@ -78,18 +92,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let demo_pace = match humantime::parse_duration(&flags.demo_pace) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("tether: invalid configuration: --demo-pace: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    if flags.log_format != "text" && flags.log_format != "json" {
-        eprintln!("tether: invalid configuration: --log-format: must be text or json");
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    init_logging(&flags.log_format);
+    init_logging(flags.log_format);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cfg.server.threads > 0 {
         rt.worker_threads(cfg.server.threads);
@@ -105,7 +108,7 @@ fn main() -> ExitCode {
     let code = rt.block_on(async move {
         let demo = DemoOptions {
             tokens: flags.demo_tokens,
-            pace: demo_pace,
+            pace: flags.demo_pace,
         };
         let handle = match tether::server::start(cfg, demo).await {
             Ok(h) => h,

@@ -169,5 +169,6 @@ fn an_invalid_configuration_exits_64_naming_the_key() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("recorder.retention"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--retention") && err.contains("soon"), "{err}");
 }

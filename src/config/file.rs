@@ -1,0 +1,221 @@
+//! The configuration file: the `conf/tether.toml` tree as read, with its defaults. Every table
+//! denies unknown keys; values are checked once, by [`File::validate`](super::File::validate).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::route::RouteConf;
+use super::{err, ConfigError};
+
+/// A duration written as `15s`, `5m`, `300ms`, `1h 30m` (humantime syntax).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map(Dur)
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration: {e}")))
+    }
+}
+
+/// `[server]`: listeners, upstream and timeouts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Server {
+    /// Address the proxy listens on.
+    pub listen: String,
+    /// The backend, `host:port`; empty runs the embedded demo backend.
+    pub upstream: String,
+    /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`).
+    pub admin: String,
+    /// Worker threads of the runtime (0: one per core).
+    pub threads: usize,
+    /// Interval of `: keepalive` comments on idle observer streams.
+    pub heartbeat: Dur,
+    /// A write to a client that makes no progress for this long closes that client.
+    pub write_timeout: Dur,
+    /// On SIGTERM, how long live runs may keep going before the process exits.
+    pub drain_timeout: Dur,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: "127.0.0.1:8080".into(),
+            upstream: String::new(),
+            admin: "127.0.0.1:9090".into(),
+            threads: 0,
+            heartbeat: Dur(Duration::from_secs(15)),
+            write_timeout: Dur(Duration::from_secs(30)),
+            drain_timeout: Dur(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// `[upstream]`: how the producer talks to the backend.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Upstream {
+    /// TCP connect timeout.
+    pub connect_timeout: Dur,
+    /// A read from the backend that takes longer than this ends the run (`upstream_timeout`).
+    pub idle_timeout: Dur,
+    /// A write of the request to the backend that takes longer than this fails it.
+    pub write_timeout: Dur,
+    /// A run that lasts longer than this is stopped (`max_duration`); `0s` means no limit.
+    pub max_run_duration: Dur,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream {
+            connect_timeout: Dur(Duration::from_secs(5)),
+            idle_timeout: Dur(Duration::from_secs(300)),
+            write_timeout: Dur(Duration::from_secs(30)),
+            max_run_duration: Dur(Duration::ZERO),
+        }
+    }
+}
+
+/// `[recorder]`: the recovery buffer and its limits.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Recorder {
+    /// Events kept per run as ready-to-send frames for cursor replay.
+    pub window: usize,
+    /// How long a completed run is kept.
+    pub retention: Dur,
+    /// Chats with completed runs kept (oldest completion evicted first).
+    pub max_chats: usize,
+    /// Largest request body accepted on record and attach routes (larger: 413).
+    pub max_body_bytes: usize,
+    /// Largest upstream event recorded (larger: dropped from the record and counted).
+    pub max_event_bytes: usize,
+    /// Cap of the `wait_ms` an attach may ask for.
+    pub max_wait: Dur,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            window: crate::journal::memory::DEFAULT_WINDOW,
+            retention: Dur(Duration::from_secs(300)),
+            max_chats: 64,
+            max_body_bytes: 1 << 20,
+            max_event_bytes: 8 << 20,
+            max_wait: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// `[auth]`: who may see and stop a run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConf {
+    /// `none`, `header:<Name>`, `cookie:<name>` or `authorization`.
+    pub subject: String,
+}
+
+impl Default for AuthConf {
+    fn default() -> Self {
+        AuthConf {
+            subject: "none".into(),
+        }
+    }
+}
+
+/// Where the caller's identity comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// Everyone is the same caller: any client that knows a chat id may read and stop it.
+    None,
+    /// The value of a request header.
+    Header(String),
+    /// The value of a cookie.
+    Cookie(String),
+    /// The whole `Authorization` header.
+    Authorization,
+}
+
+impl FromStr for Subject {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Subject::None),
+            "authorization" => Ok(Subject::Authorization),
+            s => match s.split_once(':') {
+                Some(("header", h)) if !h.is_empty() => Ok(Subject::Header(h.to_ascii_lowercase())),
+                Some(("cookie", c)) if !c.is_empty() => Ok(Subject::Cookie(c.to_string())),
+                _ => Err(format!(
+                    "{s:?} must be none, header:<Name>, cookie:<name> or authorization"
+                )),
+            },
+        }
+    }
+}
+
+/// `[limits]`: bounds on what one client or the whole sidecar may hold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest request header block (all header lines), in bytes; larger gets 431.
+    pub max_header_bytes: usize,
+    /// Observers one run may have at once; more get 429.
+    pub max_observers_per_run: usize,
+    /// Recorded runs held at once (active and completed); over it, completed runs are evicted
+    /// first, then new turns pass through unrecorded.
+    pub max_runs: usize,
+    /// Bytes all recorded runs may hold; over it, as for `max_runs`.
+    pub max_recorded_bytes: usize,
+    /// Stop a run no client has watched for this long (`abandoned`); `0s` turns it off.
+    pub abandon_after: Dur,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_header_bytes: 64 * 1024,
+            max_observers_per_run: 1024,
+            max_runs: 10_000,
+            max_recorded_bytes: 1 << 30,
+            abandon_after: Dur(Duration::ZERO),
+        }
+    }
+}
+
+/// The whole file, as read.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct File {
+    /// `[server]`
+    pub server: Server,
+    /// `[upstream]`
+    pub upstream: Upstream,
+    /// `[recorder]`
+    pub recorder: Recorder,
+    /// `[auth]`
+    pub auth: AuthConf,
+    /// `[limits]`
+    pub limits: Limits,
+    /// `[[routes]]`; when absent, the defaults of [`default_routes`].
+    pub routes: Option<Vec<RouteConf>>,
+}
+
+/// Parses the TOML text of a configuration file.
+pub fn parse_file(text: &str) -> Result<File, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let key = e
+            .span()
+            .map(|s| {
+                let line = text[..s.start].matches('\n').count() + 1;
+                format!("line {line}")
+            })
+            .unwrap_or_else(|| "file".into());
+        err(key, e.message().to_string())
+    })
+}

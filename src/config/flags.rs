@@ -1,0 +1,83 @@
+//! Command-line flags. Each overrides the file and has a `TETHER_*` environment variable;
+//! durations (`15s`, `5m`, `1h 30m`) and choices are parsed by clap, so a bad value is refused
+//! before anything starts, naming the flag.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use super::file::Subject;
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (`ts`, `level`, `target`, `msg`).
+    Json,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{s:?} is not a duration: {e}"))
+}
+
+fn subject(s: &str) -> Result<Subject, String> {
+    s.parse()
+}
+
+/// Command-line flags. Each overrides the file; each has a `TETHER_*` environment variable.
+#[derive(Debug, Clone, Parser, Default)]
+#[command(
+    name = "tether",
+    version,
+    about = "Records AI-chat SSE turns so clients can reconnect"
+)]
+pub struct Flags {
+    /// Configuration file (TOML, see conf/tether.toml).
+    #[arg(long, short = 'c', env = "TETHER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Proxy listen address [default: 127.0.0.1:8080].
+    #[arg(long, env = "TETHER_LISTEN")]
+    pub listen: Option<String>,
+    /// Backend host:port; without it tether runs its embedded demo backend.
+    #[arg(long, env = "TETHER_UPSTREAM")]
+    pub upstream: Option<String>,
+    /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
+    #[arg(long, env = "TETHER_ADMIN")]
+    pub admin: Option<String>,
+    /// Replay window, events per run [default: 4096].
+    #[arg(long, env = "TETHER_WINDOW")]
+    pub window: Option<usize>,
+    /// How long completed runs are kept, e.g. 5m [default: 5m].
+    #[arg(long, env = "TETHER_RETENTION", value_parser = duration)]
+    pub retention: Option<Duration>,
+    /// Chats with completed runs kept [default: 64].
+    #[arg(long, env = "TETHER_MAX_CHATS")]
+    pub max_chats: Option<usize>,
+    /// Heartbeat interval on idle observer streams, e.g. 15s [default: 15s].
+    #[arg(long, env = "TETHER_HEARTBEAT", value_parser = duration)]
+    pub heartbeat: Option<Duration>,
+    /// Upstream idle read timeout, e.g. 5m [default: 5m].
+    #[arg(long, env = "TETHER_UPSTREAM_IDLE_TIMEOUT", value_parser = duration)]
+    pub upstream_idle_timeout: Option<Duration>,
+    /// On SIGTERM, how long live runs may finish before exit, e.g. 5m [default: 5m].
+    #[arg(long, env = "TETHER_DRAIN_TIMEOUT", value_parser = duration)]
+    pub drain_timeout: Option<Duration>,
+    /// Stop a run no client has watched for this long, e.g. 10m [default: off].
+    #[arg(long, env = "TETHER_ABANDON_AFTER", value_parser = duration)]
+    pub abandon_after: Option<Duration>,
+    /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
+    #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
+    pub auth_subject: Option<Subject>,
+    /// Log format; the level comes from RUST_LOG (default info).
+    #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Demo backend: text deltas per turn.
+    #[arg(long, env = "TETHER_DEMO_TOKENS", default_value_t = 40)]
+    pub demo_tokens: usize,
+    /// Demo backend: pause between events, e.g. 50ms.
+    #[arg(long, env = "TETHER_DEMO_PACE", value_parser = duration, default_value = "50ms")]
+    pub demo_pace: Duration,
+}

@@ -1,0 +1,211 @@
+//! Routes: what each `[[routes]]` entry matches and does, where it finds the chat id, and when
+//! its runs count as persisted. The `prefix:value` settings parse with [`FromStr`], so the file
+//! and the flags share one grammar.
+
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use super::{err, ConfigError};
+
+/// What a route does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteKind {
+    /// Forward upstream and record the response as a new run of the chat.
+    Record,
+    /// Serve the chat's run from the buffer.
+    Attach,
+    /// Stop a run by aborting its upstream request (`forward = true`: also tell the backend).
+    Stop,
+    /// Answer the chat's run status.
+    Status,
+    /// Forward, and on 2xx append a `tether.resolution` CUSTOM event to the chat's active run.
+    Annotate,
+    /// Plain reverse proxy (also what unmatched requests get).
+    Passthrough,
+}
+
+/// What an attach does for a chat with no known run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMiss {
+    /// Wait up to `wait_ms` for a run, then answer 204.
+    #[default]
+    NoContent,
+    /// Forward the request upstream and record the backend's live stream as the run.
+    Record,
+}
+
+/// Where a route finds the chat id: `body:<field>`, `query:<name>` or `header:<Name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChatIdFrom {
+    /// A top-level field of the JSON body.
+    Body(String),
+    /// A query parameter.
+    Query(String),
+    /// A request header.
+    Header(String),
+}
+
+/// When a run counts as persisted: `eof` or `event:<TYPE>[:<name>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Commit {
+    /// The upstream ended cleanly after a terminal event of its format.
+    Eof,
+    /// An event of this type (and `name`, when given) arrived.
+    Event {
+        /// The event `type`.
+        ty: String,
+        /// The event `name` (for `CUSTOM`), if required.
+        name: Option<String>,
+    },
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConf {
+    /// HTTP methods the route matches.
+    pub methods: Vec<String>,
+    /// Exact request path the route matches (query excluded).
+    pub path: String,
+    /// What the route does.
+    pub kind: RouteKind,
+    /// Where the chat id is: `body:<field>`, `query:<name>` or `header:<Name>`.
+    #[serde(default = "default_chat_id")]
+    pub chat_id: String,
+    /// `eof` or `event:<TYPE>[:<name>]` (record routes, and attach with `on_miss = "record"`).
+    #[serde(default = "default_commit")]
+    pub commit: String,
+    /// Attach routes: what to do when the chat has no run.
+    #[serde(default)]
+    pub on_miss: OnMiss,
+    /// Stop routes: also forward the stop request to the backend.
+    #[serde(default)]
+    pub forward: bool,
+    /// Record routes: refuse (409) a turn while the chat's run is still active.
+    #[serde(default)]
+    pub single_flight: bool,
+}
+
+fn default_chat_id() -> String {
+    "body:chat_id".into()
+}
+
+fn default_commit() -> String {
+    "eof".into()
+}
+
+/// A validated route.
+#[derive(Debug, Clone)]
+pub struct Route {
+    /// HTTP methods the route matches (upper case).
+    pub methods: Vec<String>,
+    /// Exact path.
+    pub path: String,
+    /// What the route does.
+    pub kind: RouteKind,
+    /// Where the chat id is.
+    pub chat_id: ChatIdFrom,
+    /// When a run counts as persisted.
+    pub commit: Commit,
+    /// Attach only: what to do for a chat with no run.
+    pub on_miss: OnMiss,
+    /// Stop only: also forward to the backend.
+    pub forward: bool,
+    /// Record only: one active turn per chat.
+    pub single_flight: bool,
+}
+
+impl FromStr for ChatIdFrom {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            Some(("body", f)) if !f.is_empty() => Ok(ChatIdFrom::Body(f.into())),
+            Some(("query", f)) if !f.is_empty() => Ok(ChatIdFrom::Query(f.into())),
+            Some(("header", f)) if !f.is_empty() => Ok(ChatIdFrom::Header(f.to_ascii_lowercase())),
+            _ => Err(format!(
+                "{s:?} must be body:<field>, query:<name> or header:<Name>"
+            )),
+        }
+    }
+}
+
+impl FromStr for Commit {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "eof" {
+            return Ok(Commit::Eof);
+        }
+        let bad = || format!("{s:?} must be eof or event:<TYPE>[:<name>]");
+        let rest = s.strip_prefix("event:").ok_or_else(bad)?;
+        match rest.split_once(':') {
+            Some((ty, name)) if !ty.is_empty() && !name.is_empty() => Ok(Commit::Event {
+                ty: ty.into(),
+                name: Some(name.into()),
+            }),
+            None if !rest.is_empty() => Ok(Commit::Event {
+                ty: rest.into(),
+                name: None,
+            }),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// The default routes: record `POST /chat`, attach `POST|GET /chat/live` (seed `000_*`), stop
+/// `POST /chat/stop`, status `GET /chat/run`.
+pub fn default_routes() -> Vec<RouteConf> {
+    let route = |methods: &[&str], path: &str, kind| RouteConf {
+        methods: methods.iter().map(|m| m.to_string()).collect(),
+        path: path.into(),
+        kind,
+        chat_id: default_chat_id(),
+        commit: default_commit(),
+        on_miss: OnMiss::NoContent,
+        forward: false,
+        single_flight: false,
+    };
+    vec![
+        route(&["POST"], "/chat", RouteKind::Record),
+        route(&["POST", "GET"], "/chat/live", RouteKind::Attach),
+        route(&["POST"], "/chat/stop", RouteKind::Stop),
+        RouteConf {
+            chat_id: "query:chat_id".into(),
+            ..route(&["GET"], "/chat/run", RouteKind::Status)
+        },
+    ]
+}
+
+/// Checks route `i` of the file and builds it.
+pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
+    let key = |k: &str| format!("routes[{i}].{k}");
+    if !rc.path.starts_with('/') {
+        return Err(err(key("path"), format!("{:?} must start with /", rc.path)));
+    }
+    if rc.methods.is_empty() {
+        return Err(err(key("methods"), "must name at least one method"));
+    }
+    let methods: Vec<String> = rc.methods.iter().map(|m| m.to_ascii_uppercase()).collect();
+    if let Some(m) = methods
+        .iter()
+        .find(|m| !m.bytes().all(|b| b.is_ascii_uppercase()))
+    {
+        return Err(err(key("methods"), format!("{m:?} is not an HTTP method")));
+    }
+    let chat_id: ChatIdFrom = rc.chat_id.parse().map_err(|e| err(key("chat_id"), e))?;
+    let commit: Commit = rc.commit.parse().map_err(|e| err(key("commit"), e))?;
+    Ok(Route {
+        methods,
+        path: rc.path,
+        kind: rc.kind,
+        chat_id,
+        commit,
+        on_miss: rc.on_miss,
+        forward: rc.forward,
+        single_flight: rc.single_flight,
+    })
+}
