@@ -1,9 +1,9 @@
 //! Attach routes end to end: every row of the attach table, observers, resets and heartbeats.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{json, Value};
+use support::*;
 
 fn chat(id: &str) -> Value {
     json!({"chat_id": id, "protocol": 1})

@@ -1,10 +1,10 @@
 //! Control and security: stop, run status, ownership, single flight, resolution events,
 //! abandoned runs and limits.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{json, Value};
+use support::*;
 
 fn chat(id: &str) -> Value {
     json!({"chat_id": id, "protocol": 1})

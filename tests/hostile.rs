@@ -1,12 +1,12 @@
 //! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
 //! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

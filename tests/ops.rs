@@ -1,13 +1,13 @@
 //! Operability: admin endpoints, metric values as scenarios drive them, graceful drain, and the
 //! binary's SIGTERM handling.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {

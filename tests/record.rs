@@ -1,10 +1,10 @@
 //! Record routes end to end: the real sidecar in front of scripted backends.
 
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use serde_json::{json, Value};
+use support::*;
 
 fn chat(id: &str) -> Value {
     json!({"chat_id": id, "protocol": 1})
