@@ -76,10 +76,7 @@ async fn hostile_clients_do_not_disturb_a_recorded_turn_or_the_next_one() {
     // Slow-loris: a header that never ends, held open for the rest of the test.
     let loris = raw(tether.addr, b"POST /chat HTTP/1.1\r\nHost: x\r\nX-Slow: a").await;
     // Abrupt resets: right after connecting, and in the middle of an attach stream.
-    let s = TcpStream::connect(tether.addr).await.unwrap();
-    #[allow(deprecated)]
-    s.set_linger(Some(Duration::ZERO)).unwrap();
-    drop(s);
+    close_with_rst(TcpStream::connect(tether.addr).await.unwrap());
     let mut watcher = post(
         tether.addr,
         "/chat/live",
