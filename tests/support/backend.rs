@@ -233,6 +233,47 @@ pub fn sse_head() -> Step {
     Step::Head(200, vec![("content-type", "text/event-stream".into())])
 }
 
+/// An SSE answer of `events`, one chunk each. With a gate, the backend waits for it after the
+/// first `at` events (`at == events.len()` holds the end of the stream).
+pub fn scripted_turn(events: &[Value], pause: Option<(usize, &Gate)>) -> Vec<Step> {
+    let mut steps = vec![sse_head()];
+    for (i, e) in events.iter().enumerate() {
+        if let Some((at, g)) = pause {
+            if i == at {
+                steps.push(Step::Wait(g.clone()));
+            }
+        }
+        steps.push(Step::Chunk(sse(e)));
+    }
+    if let Some((at, g)) = pause {
+        if at == events.len() {
+            steps.push(Step::Wait(g.clone()));
+        }
+    }
+    steps.push(Step::End);
+    steps
+}
+
+/// A backend answering every request with [`scripted_turn`]`(events, pause)`.
+pub async fn turn_backend(events: Vec<Value>, pause: Option<(usize, Gate)>) -> Backend {
+    backend(move |_| scripted_turn(&events, pause.as_ref().map(|(at, g)| (*at, g)))).await
+}
+
+/// A whole `content-length` answer: `status`, a content type and `body`.
+pub fn fixed_answer(status: u16, content_type: &str, body: impl Into<Bytes>) -> Vec<Step> {
+    let body = body.into();
+    vec![
+        Step::Head(
+            status,
+            vec![
+                ("content-type", content_type.to_string()),
+                ("content-length", body.len().to_string()),
+            ],
+        ),
+        Step::Raw(body),
+    ]
+}
+
 /// A deterministic AG-UI turn of `n` text deltas (escapes and multi-byte text included).
 pub fn turn(n: usize) -> Vec<Value> {
     let words = [

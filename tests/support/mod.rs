@@ -15,13 +15,20 @@ mod sidecar;
 use std::future::Future;
 use std::time::Duration;
 
-pub use backend::{backend, sse, sse_head, turn, Backend, Gate, Req, Served, Step};
+use serde_json::{json, Value};
+
+pub use backend::{
+    backend, fixed_answer, scripted_turn, sse, sse_head, turn, turn_backend, Backend, Gate, Req,
+    Served, Step,
+};
 pub use client::{close_with_rst, parse_head, post, request, Head, Resp};
 pub use frames::{parse_frame, Frame, Reduced};
-pub use sidecar::{sidecar, Sidecar};
+pub use sidecar::{demo_sidecar, sidecar, Sidecar};
 
+pub use tether::auth::Owner;
 pub use tether::config::{parse_file, Config, Flags};
-pub use tether::demo::DemoOptions;
+pub use tether::demo::{self, DemoOptions};
+pub use tether::metrics::Metrics;
 pub use tether::server::Handle;
 
 /// Upper bound on any single wait in a test, so a bug fails instead of hanging.
@@ -46,4 +53,14 @@ pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
         }
     })
     .await
+}
+
+/// A protocol-1 request body for `chat_id` without a cursor.
+pub fn chat(id: &str) -> Value {
+    json!({"chat_id": id, "protocol": 1})
+}
+
+/// A protocol-1 request body resuming `run` after seq `after`.
+pub fn cursor(id: &str, run: &str, after: u64) -> Value {
+    json!({"chat_id": id, "protocol": 1, "run_id": run, "after_seq": after})
 }

@@ -1,8 +1,13 @@
-//! The sidecar under test: tether started in-process on 127.0.0.1:0, and its metrics.
+//! The sidecar under test: tether started in-process on 127.0.0.1:0, its metrics, and its run
+//! registry for states that have no readiness signal.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use super::{parse_file, request, Config, DemoOptions, Flags, Handle};
+use tether::registry::Registry;
+use tether::run::Run;
+
+use super::{parse_file, request, Config, DemoOptions, Flags, Handle, Owner};
 
 /// A running sidecar.
 pub struct Sidecar {
@@ -34,6 +39,26 @@ impl Sidecar {
             .map(|v| v.trim().parse().unwrap())
             .unwrap_or(0.0)
     }
+
+    /// The running sidecar's handle (absent once a test has taken it to drain).
+    pub fn handle(&self) -> &Handle {
+        self.handle.as_ref().expect("the sidecar is running")
+    }
+
+    /// The registry of chats and runs.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.handle().shared.registry.clone()
+    }
+
+    /// The current run of an anonymous chat.
+    pub fn current_run(&self, chat_id: &str) -> Option<Arc<Run>> {
+        self.registry().current(chat_id, &Owner::NONE)
+    }
+
+    /// A run of an anonymous chat by id.
+    pub fn find_run(&self, chat_id: &str, run_id: &str) -> Option<Arc<Run>> {
+        self.registry().find(chat_id, &Owner::NONE, run_id)
+    }
 }
 
 /// Starts tether from a whole configuration file and `demo` options.
@@ -59,4 +84,13 @@ pub async fn sidecar(upstream: SocketAddr, extra_toml: &str) -> Sidecar {
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{server}\n{rest}"
     );
     start(&text, DemoOptions::default()).await
+}
+
+/// Starts tether without an upstream, so it runs its own demo backend with `demo` options.
+pub async fn demo_sidecar(demo: DemoOptions) -> Sidecar {
+    start(
+        "[server]\nlisten=\"127.0.0.1:0\"\nadmin=\"127.0.0.1:0\"\n",
+        demo,
+    )
+    .await
 }
