@@ -41,7 +41,7 @@ pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out: {what}"))
 }
 
-/// How often [`eventually`] looks again.
+/// How often [`eventually`] and [`eventually_async`] look again.
 const POLL: Duration = Duration::from_millis(2);
 
 /// Polls `cond` until it holds, or panics after [`LIMIT`]. For states that have no readiness
@@ -49,6 +49,16 @@ const POLL: Duration = Duration::from_millis(2);
 pub async fn eventually(what: &str, cond: impl Fn() -> bool) {
     within(what, async {
         while !cond() {
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+}
+
+/// [`eventually`] for a condition that has to be asked over the network (an admin endpoint).
+pub async fn eventually_async<F: Future<Output = bool>>(what: &str, cond: impl Fn() -> F) {
+    within(what, async {
+        while !cond().await {
             tokio::time::sleep(POLL).await;
         }
     })
