@@ -4,10 +4,14 @@
 //! timeouts that tether's admin endpoints and SIGTERM drain rely on. No network, no Docker.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::convert::Infallible;
 use std::path::Path;
 use std::time::Duration;
 
 use clap::Parser;
+use promql_parser::label::{MatchOp, METRIC_NAME};
+use promql_parser::parser::Expr;
+use promql_parser::util::{walk_expr, ExprVisitor};
 use serde_json::Value;
 use tether::config::{Config, Flags};
 use tether::metrics::Metrics;
@@ -198,137 +202,74 @@ fn family_of<'a>(series: &'a str, families: &BTreeMap<String, String>) -> Option
     })
 }
 
-fn is_ident_start(c: char) -> bool {
-    c.is_ascii_alphabetic() || c == '_' || c == ':'
-}
+/// What Grafana's time variables stand for here: any range will do for parsing.
+const GRAFANA_RANGE: &str = "5m";
 
-fn is_ident(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == ':'
-}
-
-/// Keywords and operators of PromQL that look like identifiers.
-const PROMQL_KEYWORDS: &[&str] = &[
-    "and",
-    "or",
-    "unless",
-    "bool",
-    "offset",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "inf",
-    "nan",
-    "atan2",
-];
-
-/// Keywords followed by a parenthesized list of label names.
-const PROMQL_LABEL_LISTS: &[&str] = &[
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-];
-
-/// The index just past the string literal that starts at `s[i]`.
-fn skip_string(s: &[char], i: usize) -> usize {
-    let quote = s[i];
-    let mut j = i + 1;
-    while j < s.len() {
-        match s[j] {
-            '\\' if quote != '`' => j += 2,
-            c if c == quote => return j + 1,
-            _ => j += 1,
-        }
-    }
-    s.len()
-}
-
-/// The index just past the `close` that matches the opening bracket at `s[i]`, skipping string
-/// literals and nested brackets of the same kind.
-fn skip_group(s: &[char], i: usize, close: char) -> usize {
-    let open = s[i];
-    let mut depth = 0usize;
-    let mut j = i;
-    while j < s.len() {
-        match s[j] {
-            '"' | '\'' | '`' => {
-                j = skip_string(s, j);
-                continue;
+/// `expr` with Grafana's variables given concrete values, so that it is PromQL: the time
+/// variables (`$__rate_interval`, `$__interval`, `$__range`, …) become a duration, every other
+/// variable (`$name`, `${name}`, `${name:format}`, used inside label matchers here) its name.
+fn without_grafana_variables(expr: &str) -> String {
+    let mut out = String::with_capacity(expr.len());
+    let mut rest = expr;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let (name, len) = match after.strip_prefix('{') {
+            Some(braced) => {
+                let end = braced.find('}').unwrap_or(braced.len());
+                let name = braced[..end].split(':').next().unwrap_or_default();
+                (name, end + 2)
             }
-            c if c == open => depth += 1,
-            c if c == close => {
-                depth -= 1;
-                if depth == 0 {
-                    return j + 1;
-                }
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                (&after[..end], end)
             }
-            _ => {}
-        }
-        j += 1;
-    }
-    s.len()
-}
-
-/// The metric names a PromQL expression selects, in order: every identifier that is not a
-/// function or aggregation (followed by `(`, `by` or `without`), a keyword, a label name (inside `{…}` or a
-/// `by (…)`-style list), a Grafana variable (`$name`, `${name}`), a number or a duration, and
-/// not inside a string literal or a `[…]` range.
-fn metric_names(expr: &str) -> Vec<String> {
-    let s: Vec<char> = expr.chars().collect();
-    let mut names = Vec::new();
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        if c == '"' || c == '\'' || c == '`' {
-            i = skip_string(&s, i);
-        } else if c == '{' {
-            i = skip_group(&s, i, '}');
-        } else if c == '[' {
-            i = skip_group(&s, i, ']');
-        } else if c == '$' {
-            i += 1;
-            if s.get(i) == Some(&'{') {
-                i = skip_group(&s, i, '}');
-            } else {
-                while i < s.len() && is_ident(s[i]) {
-                    i += 1;
-                }
-            }
-        } else if c.is_ascii_digit() {
-            // Numbers (0.99, 1e3, 0x1f) and durations (5m, 1h30m).
-            while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == '.' || s[i] == '_') {
-                i += 1;
-            }
-        } else if is_ident_start(c) {
-            let start = i;
-            while i < s.len() && is_ident(s[i]) {
-                i += 1;
-            }
-            let word: String = s[start..i].iter().collect();
-            let next = (i..s.len()).find(|&j| !s[j].is_whitespace());
-            let paren_next = next.is_some_and(|j| s[j] == '(');
-            // An aggregation with its grouping first: `sum by (le) (…)`.
-            let grouping_next = next.is_some_and(|j| {
-                let word: String = s[j..].iter().take_while(|&&c| is_ident(c)).collect();
-                word == "by" || word == "without"
-            });
-            if PROMQL_LABEL_LISTS.contains(&word.as_str()) {
-                if let Some(j) = next.filter(|_| paren_next) {
-                    i = skip_group(&s, j, ')');
-                }
-            } else if !paren_next && !grouping_next && !PROMQL_KEYWORDS.contains(&word.as_str()) {
-                names.push(word);
-            }
+        };
+        out.push_str(if name.starts_with("__") {
+            GRAFANA_RANGE
         } else {
-            i += 1;
+            name
+        });
+        rest = &after[len.min(after.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The metric names a PromQL expression (with Grafana variables) selects, in order: the name of
+/// every vector and range selector in its syntax tree.
+fn metric_names(expr: &str) -> Result<Vec<String>, String> {
+    struct Selected(Vec<String>);
+    impl ExprVisitor for Selected {
+        type Error = Infallible;
+        fn pre_visit(&mut self, e: &Expr) -> Result<bool, Infallible> {
+            let selector = match e {
+                Expr::VectorSelector(v) => v,
+                Expr::MatrixSelector(m) => &m.vs,
+                _ => return Ok(true),
+            };
+            // `{__name__="x"}` names its metric by a matcher.
+            let by_matcher = || {
+                selector
+                    .matchers
+                    .matchers
+                    .iter()
+                    .find(|m| m.name == METRIC_NAME && m.op == MatchOp::Equal)
+                    .map(|m| m.value.clone())
+            };
+            self.0.extend(selector.name.clone().or_else(by_matcher));
+            Ok(true)
+        }
+        fn post_visit(&mut self, _: &Expr) -> Result<bool, Infallible> {
+            Ok(true)
         }
     }
-    names
+    let ast = promql_parser::parser::parse(&without_grafana_variables(expr))?;
+    let mut names = Selected(Vec::new());
+    let Ok(_) = walk_expr(&mut names, &ast);
+    Ok(names.0)
 }
 
 /// The series selector of a Grafana `label_values(<selector>, <label>)` variable query.
@@ -391,25 +332,32 @@ fn promql_expressions() -> Vec<(String, String)> {
 // Metrics
 
 #[test]
-fn the_metric_name_tokenizer_skips_functions_labels_strings_variables_and_durations() {
+fn metric_names_skip_functions_labels_strings_variables_and_durations() {
+    assert_eq!(
+        without_grafana_variables(r#"rate(a{i=~"$instance",j="${v:regex}"}[$__rate_interval])"#),
+        r#"rate(a{i=~"instance",j="v"}[5m])"#
+    );
     assert_eq!(
         metric_names(
             r#"histogram_quantile(0.99, sum by (instance, le) (rate(tether_a_bucket{job="tether_not_a_metric", le!="1"}[$__rate_interval]))) > 1e3"#
         ),
-        ["tether_a_bucket"]
+        Ok(vec!["tether_a_bucket".to_owned()])
     );
     assert_eq!(
         metric_names(
             "sum without(kind) (rate(a_total{x=~\"${v}\"}[5m] offset 1h)) / on (instance) \
              group_left (reason) b unless up == bool 0"
-        ),
+        )
+        .unwrap(),
         ["a_total", "b", "up"]
     );
-    assert_eq!(metric_names("sum(rate(x[5m:1m]))"), ["x"]);
+    assert_eq!(metric_names("sum(rate(x[5m:1m]))").unwrap(), ["x"]);
     assert_eq!(
-        metric_names("max without (le) (y) and count by(z) (w)"),
+        metric_names("max without (le) (y) and count by(z) (w)").unwrap(),
         ["y", "w"]
     );
+    assert_eq!(metric_names(r#"{__name__="n", a="b"}"#).unwrap(), ["n"]);
+    assert!(metric_names("sum(rate(x[5m])").is_err(), "not PromQL");
     assert_eq!(
         label_values_selector("label_values(tether_runs_active, instance)"),
         Some("tether_runs_active")
@@ -427,7 +375,13 @@ fn every_metric_the_dashboard_and_alerts_name_is_exported() {
     );
     let mut wrong = Vec::new();
     for (source, expr) in &exprs {
-        let names = metric_names(expr);
+        let names = match metric_names(expr) {
+            Ok(names) => names,
+            Err(e) => {
+                wrong.push(format!("{source}: {expr:?} is not PromQL: {e}"));
+                continue;
+            }
+        };
         if names.is_empty() {
             wrong.push(format!("{source}: {expr:?} selects no metric"));
         }
@@ -460,7 +414,7 @@ fn every_exported_family_is_charted_on_the_dashboard() {
         .into_iter()
         .flat_map(|p| p["targets"].as_array().into_iter().flatten())
         .filter_map(|t| t["expr"].as_str())
-        .flat_map(metric_names)
+        .flat_map(|e| metric_names(e).unwrap_or_else(|err| panic!("{e:?}: {err}")))
         .filter_map(|n| family_of(&n, &families).map(str::to_owned))
         .collect();
     let missing: Vec<&String> = families.keys().filter(|f| !charted.contains(*f)).collect();
