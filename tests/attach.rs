@@ -1,35 +1,9 @@
 //! Attach routes end to end: every row of the attach table, observers, resets and heartbeats.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{json, Value};
-
-fn chat(id: &str) -> Value {
-    json!({"chat_id": id, "protocol": 1})
-}
-
-fn cursor(id: &str, run: &str, after: u64) -> Value {
-    json!({"chat_id": id, "protocol": 1, "run_id": run, "after_seq": after})
-}
-
-/// A backend that streams `turn(n)`; with a gate, it pauses after `pause_at` events.
-async fn turn_backend(n: usize, pause_at: Option<(usize, Gate)>) -> Backend {
-    backend(move |_| {
-        let mut steps = vec![sse_head()];
-        for (i, e) in turn(n).iter().enumerate() {
-            if let Some((at, g)) = &pause_at {
-                if i == *at {
-                    steps.push(Step::Wait(g.clone()));
-                }
-            }
-            steps.push(Step::Chunk(sse(e)));
-        }
-        steps.push(Step::End);
-        steps
-    })
-    .await
-}
+use support::*;
 
 /// Starts a run for `chat` and reads its frames up to seq `upto`; returns the run id and client.
 async fn start_run(tether: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp) {
@@ -45,7 +19,7 @@ async fn start_run(tether: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_cursor_active_run_gets_snapshot_then_live_events_then_end() {
     let gate = Gate::default();
-    let be = turn_backend(10, Some((5, gate.clone()))).await;
+    let be = turn_backend(turn(10), Some((5, gate.clone()))).await;
     let tether = sidecar(be.addr, "").await;
     let (run, _origin) = start_run(&tether, "c", 5).await;
     let mut r = post(tether.addr, "/chat/live", &chat("c")).await;
@@ -72,12 +46,11 @@ async fn no_cursor_active_run_gets_snapshot_then_live_events_then_end() {
 async fn no_cursor_completed_runs_get_204_when_persisted_and_snapshot_with_end_when_not() {
     let be = backend(|r: &Req| {
         let v: Value = serde_json::from_slice(&r.body).unwrap();
-        let mut s = vec![sse_head(), Step::Chunk(sse(&json!({"type":"RUN_STARTED"})))];
+        let mut events = vec![json!({"type":"RUN_STARTED"})];
         if v["chat_id"] == "saved" {
-            s.push(Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))));
+            events.push(json!({"type":"RUN_FINISHED"}));
         }
-        s.push(Step::End);
-        s
+        scripted_turn(&events, None)
     })
     .await;
     let tether = sidecar(be.addr, "").await;
@@ -111,7 +84,7 @@ async fn no_cursor_completed_runs_get_204_when_persisted_and_snapshot_with_end_w
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_run_answers_204_after_wait_ms_or_the_run_that_goes_live_meanwhile() {
-    let be = turn_backend(3, None).await;
+    let be = turn_backend(turn(3), None).await;
     let tether = sidecar(be.addr, "").await;
     assert_eq!(
         post(tether.addr, "/chat/live", &chat("none")).await.status,
@@ -135,7 +108,7 @@ async fn no_run_answers_204_after_wait_ms_or_the_run_that_goes_live_meanwhile() 
         .await;
         (r.status, r.frames_to_end().await)
     });
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
+    let registry = tether.registry();
     eventually("the attach is waiting", || registry.subscribers() > 0).await;
     let f = post(tether.addr, "/chat", &chat("later"))
         .await
@@ -150,7 +123,7 @@ async fn no_run_answers_204_after_wait_ms_or_the_run_that_goes_live_meanwhile() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_inside_the_window_replays_without_snapshot_and_at_the_head_gets_just_the_end() {
-    let be = turn_backend(6, None).await;
+    let be = turn_backend(turn(6), None).await;
     let tether = sidecar(be.addr, "").await;
     let f = post(tether.addr, "/chat", &chat("c"))
         .await
@@ -190,7 +163,7 @@ async fn a_cursor_inside_the_window_replays_without_snapshot_and_at_the_head_get
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_with_last_event_id_resumes_like_a_cursor() {
-    let be = turn_backend(6, None).await;
+    let be = turn_backend(turn(6), None).await;
     let tether = sidecar(be.addr, "").await;
     let f = post(tether.addr, "/chat", &chat("c"))
         .await
@@ -220,7 +193,7 @@ async fn get_with_last_event_id_resumes_like_a_cursor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_run_future_cursor_and_expired_cursor_get_a_replacement_snapshot() {
-    let be = turn_backend(20, None).await;
+    let be = turn_backend(turn(20), None).await;
     let tether = sidecar(be.addr, "[recorder]\nwindow = 4\n").await;
     let f = post(tether.addr, "/chat", &chat("c"))
         .await
@@ -263,7 +236,7 @@ async fn unknown_run_future_cursor_and_expired_cursor_get_a_replacement_snapshot
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_observers_read_independently() {
     let gate = Gate::default();
-    let be = turn_backend(8, Some((4, gate.clone()))).await;
+    let be = turn_backend(turn(8), Some((4, gate.clone()))).await;
     let tether = sidecar(be.addr, "").await;
     let (run, mut origin) = start_run(&tether, "c", 2).await;
     let mut a = post(tether.addr, "/chat/live", &chat("c")).await;
@@ -294,14 +267,7 @@ async fn a_slow_reader_is_reset_by_snapshot_and_still_reduces_to_the_full_stream
         .chain((0..n).map(|i| json!({"type":"TEXT_MESSAGE_CONTENT","messageId":format!("m{}", i / 100),"delta":delta})))
         .chain(std::iter::once(json!({"type":"RUN_FINISHED"})))
         .collect();
-    let ev = events.clone();
-    let be = backend(move |_| {
-        let mut s = vec![sse_head()];
-        s.extend(ev.iter().map(|e| Step::Chunk(sse(e))));
-        s.push(Step::End);
-        s
-    })
-    .await;
+    let be = turn_backend(events.clone(), None).await;
     let tether = sidecar(be.addr, "[recorder]\nwindow = 4\n").await;
     let mut r = post(tether.addr, "/chat", &chat("c")).await;
     let first = r.frame().await.unwrap();
@@ -328,12 +294,11 @@ async fn a_slow_reader_is_reset_by_snapshot_and_still_reduces_to_the_full_stream
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_streams_get_heartbeats_and_an_idle_disconnect_is_noticed() {
     let gate = Gate::default();
-    let be = turn_backend(4, Some((2, gate.clone()))).await;
+    let be = turn_backend(turn(4), Some((2, gate.clone()))).await;
     let tether = sidecar(be.addr, "[server]\nheartbeat = \"20ms\"\n").await;
     let (_run, mut origin) = start_run(&tether, "c", 2).await;
     assert!(origin.read_until(b": keepalive\n\n").await);
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
+    let run = tether.current_run("c").unwrap();
     let mut watcher = post(tether.addr, "/chat/live", &chat("c")).await;
     watcher.frame().await.unwrap();
     assert_eq!(run.observers(), 2);
@@ -351,16 +316,7 @@ async fn idle_streams_get_heartbeats_and_an_idle_disconnect_is_noticed() {
 async fn a_legacy_attach_is_passed_to_the_backend_unchanged() {
     let be = backend(|r: &Req| {
         let body = format!("legacy {} {}", r.path, String::from_utf8_lossy(&r.body));
-        vec![
-            Step::Head(
-                200,
-                vec![
-                    ("content-type", "text/plain".into()),
-                    ("content-length", body.len().to_string()),
-                ],
-            ),
-            Step::Raw(bytes::Bytes::from(body)),
-        ]
+        fixed_answer(200, "text/plain", body)
     })
     .await;
     let tether = sidecar(be.addr, "").await;
@@ -375,7 +331,7 @@ async fn a_legacy_attach_is_passed_to_the_backend_unchanged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_miss_record_attaches_share_one_upstream_request() {
     let gate = Gate::default();
-    let be = turn_backend(4, Some((1, gate.clone()))).await;
+    let be = turn_backend(turn(4), Some((1, gate.clone()))).await;
     let routes = "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\n[[routes]]\nmethods=[\"POST\",\"GET\"]\npath=\"/chat/live\"\nkind=\"attach\"\non_miss=\"record\"\n";
     let tether = sidecar(be.addr, routes).await;
     let mut a = post(tether.addr, "/chat/live", &chat("c")).await;
@@ -398,26 +354,18 @@ async fn on_miss_record_attaches_share_one_upstream_request() {
 async fn a_stalled_client_is_closed_after_the_write_timeout_and_the_run_goes_on() {
     let n = 400;
     let delta = "z".repeat(64 * 1024);
-    let be = backend(move |_| {
-        let mut s = vec![sse_head()];
-        for _ in 0..n {
-            s.push(Step::Chunk(sse(
-                &json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta}),
-            )));
-        }
-        s.push(Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))));
-        s.push(Step::End);
-        s
-    })
-    .await;
+    let events: Vec<Value> = (0..n)
+        .map(|_| json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta}))
+        .chain(std::iter::once(json!({"type":"RUN_FINISHED"})))
+        .collect();
+    let be = turn_backend(events, None).await;
     let tether = sidecar(be.addr, "[server]\nwrite_timeout = \"200ms\"\n").await;
     let mut r = post(tether.addr, "/chat", &chat("c")).await;
     r.frame().await.unwrap();
     // Never read again: the backend still completes and the run is persisted.
     be.wait_answers(1).await;
     assert!(be.served.lock()[0].completed);
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
+    let run = tether.current_run("c").unwrap();
     eventually("stalled observer closed", || {
         run.observers() == 0 && !run.is_producing()
     })

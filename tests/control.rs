@@ -1,14 +1,10 @@
 //! Control and security: stop, run status, ownership, single flight, resolution events,
 //! abandoned runs and limits.
 
-mod common;
+mod support;
 
-use common::*;
 use serde_json::{json, Value};
-
-fn chat(id: &str) -> Value {
-    json!({"chat_id": id, "protocol": 1})
-}
+use support::*;
 
 /// A backend streaming `turn(6)` that holds after 2 events until `gate` opens; other paths
 /// (stop, approve) answer 200 JSON.
@@ -16,27 +12,9 @@ async fn held_backend(gate: &Gate) -> Backend {
     let g = gate.clone();
     backend(move |r: &Req| {
         if r.path != "/chat" {
-            let body = r#"{"ok":true}"#;
-            return vec![
-                Step::Head(
-                    200,
-                    vec![
-                        ("content-type", "application/json".into()),
-                        ("content-length", body.len().to_string()),
-                    ],
-                ),
-                Step::Raw(bytes::Bytes::from_static(body.as_bytes())),
-            ];
+            return fixed_answer(200, "application/json", r#"{"ok":true}"#);
         }
-        let mut s = vec![sse_head()];
-        for (i, e) in turn(6).iter().enumerate() {
-            if i == 2 {
-                s.push(Step::Wait(g.clone()));
-            }
-            s.push(Step::Chunk(sse(e)));
-        }
-        s.push(Step::End);
-        s
+        scripted_turn(&turn(6), Some((2, &g)))
     })
     .await
 }
@@ -98,14 +76,7 @@ async fn stop_aborts_the_upstream_and_observers_get_a_cancelled_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_of_a_run_that_already_finished_keeps_its_persisted_end() {
-    let be = backend(|_| {
-        vec![
-            sse_head(),
-            Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))),
-            Step::End,
-        ]
-    })
-    .await;
+    let be = turn_backend(vec![json!({"type":"RUN_FINISHED"})], None).await;
     let tether = sidecar(be.addr, "").await;
     let f = post(tether.addr, "/chat", &chat("c"))
         .await
@@ -117,14 +88,10 @@ async fn stop_of_a_run_that_already_finished_keeps_its_persisted_end() {
         json_body(&mut r).await,
         json!({"run_id":run,"execution_stopped":true,"terminal_persisted":true})
     );
-    let end = post(
-        tether.addr,
-        "/chat/live",
-        &json!({"chat_id":"c","protocol":1,"run_id":run,"after_seq":1}),
-    )
-    .await
-    .frames_to_end()
-    .await;
+    let end = post(tether.addr, "/chat/live", &cursor("c", run, 1))
+        .await
+        .frames_to_end()
+        .await;
     assert_eq!(end[0].json["persisted"], true);
 }
 
@@ -258,8 +225,7 @@ async fn another_subject_cannot_tell_a_hidden_run_from_no_run() {
         let addr = tether.addr;
         let run = run.clone();
         async move {
-            let live =
-                json!({"chat_id":chat_id,"protocol":1,"run_id":run,"after_seq":1}).to_string();
+            let live = cursor(chat_id, &run, 1).to_string();
             let stop = json!({"chat_id":chat_id,"run_id":run}).to_string();
             let q = format!("/chat/run?chat_id={chat_id}");
             vec![
@@ -366,12 +332,7 @@ async fn a_refused_approval_is_not_recorded() {
         if r.path == "/chat/approve" {
             return vec![Step::Head(409, vec![("content-length", "0".into())])];
         }
-        vec![
-            sse_head(),
-            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
-            Step::Wait(g.clone()),
-            Step::End,
-        ]
+        scripted_turn(&[json!({"type":"RUN_STARTED"})], Some((1, &g)))
     })
     .await;
     let routes = "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\n[[routes]]\nmethods=[\"POST\"]\npath=\"/chat/approve\"\nkind=\"annotate\"\n";
@@ -400,9 +361,7 @@ async fn a_run_nobody_watches_is_stopped_as_abandoned() {
     let tether = sidecar(be.addr, "[limits]\nabandon_after = \"50ms\"\n").await;
     let (run, client) = started(&tether, "c", &[]).await;
     client.kill();
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let owner = tether::auth::Owner::NONE;
-    let r = registry.find("c", &owner, &run).unwrap();
+    let r = tether.find_run("c", &run).unwrap();
     eventually("abandoned", || !r.is_producing()).await;
     let end = r.end().unwrap();
     assert_eq!(

@@ -1,10 +1,10 @@
 //! Bad input, limits, pass-through and the binary's configuration errors.
 
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use serde_json::{json, Value};
+use support::*;
 
 async fn error_code(r: &mut Resp) -> String {
     let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();

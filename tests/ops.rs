@@ -1,13 +1,13 @@
 //! Operability: admin endpoints, metric values as scenarios drive them, graceful drain, and the
 //! binary's SIGTERM handling.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::*;
 use serde_json::json;
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {
@@ -32,29 +32,16 @@ async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_as_runs_are_recorded_and_observed() {
     let gate = Gate::default();
-    let g = gate.clone();
-    let be = backend(move |_| {
-        let mut s = vec![sse_head()];
-        for (i, e) in turn(10).iter().enumerate() {
-            if i == 3 {
-                s.push(Step::Wait(g.clone()));
-            }
-            s.push(Step::Chunk(sse(e)));
-        }
-        s.push(Step::End);
-        s
-    })
-    .await;
+    let be = turn_backend(turn(10), Some((3, gate.clone()))).await;
     let tether = sidecar(be.addr, "").await;
-    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    let mut r = post(tether.addr, "/chat", &chat("c")).await;
     while r.frame().await.unwrap().seq() < 3 {}
     assert_eq!(tether.metric("tether_runs_active").await, 1.0);
     assert_eq!(tether.metric("tether_observers_active").await, 1.0);
     assert!(tether.metric("tether_recorded_bytes").await > 0.0);
     // The client leaves: what arrives next is recorded unobserved.
     r.kill();
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry.current("c", &tether::auth::Owner::NONE).unwrap();
+    let run = tether.current_run("c").unwrap();
     eventually("observer gone", || run.observers() == 0).await;
     gate.open();
     be.wait_answers(1).await;
@@ -83,14 +70,10 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     assert!(tether.metric("tether_observer_lag_events_count").await >= 1.0);
     assert!(tether.metric("tether_delivery_delay_seconds_count").await >= 1.0);
     // A recovery by snapshot records a serialization.
-    post(
-        tether.addr,
-        "/chat/live",
-        &json!({"chat_id":"c","protocol":1,"run_id":"unknown","after_seq":1}),
-    )
-    .await
-    .frames_to_end()
-    .await;
+    post(tether.addr, "/chat/live", &cursor("c", "unknown", 1))
+        .await
+        .frames_to_end()
+        .await;
     assert_eq!(
         tether
             .metric("tether_snapshot_serialize_seconds_count")
@@ -101,69 +84,41 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completed_runs_are_evicted_after_retention_and_counted() {
-    let be = backend(|_| {
-        vec![
-            sse_head(),
-            Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))),
-            Step::End,
-        ]
-    })
-    .await;
+    let be = turn_backend(vec![json!({"type":"RUN_FINISHED"})], None).await;
     let tether = sidecar(be.addr, "[recorder]\nretention = \"1ms\"\nmax_chats = 1\n").await;
-    post(tether.addr, "/chat", &json!({"chat_id":"a","protocol":1}))
+    post(tether.addr, "/chat", &chat("a"))
         .await
         .frames_to_end()
         .await;
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    eventually("evicted", || {
-        registry.current("a", &tether::auth::Owner::NONE).is_none()
-    })
-    .await;
+    eventually("evicted", || tether.current_run("a").is_none()).await;
     assert!(
         tether
             .metric("tether_runs_evicted_total{reason=\"expired\"}")
             .await
             >= 1.0
     );
-    let r = post(
-        tether.addr,
-        "/chat/live",
-        &json!({"chat_id":"a","protocol":1}),
-    )
-    .await;
+    let r = post(tether.addr, "/chat/live", &chat("a")).await;
     assert_eq!(r.status, 204);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_refuses_readiness_lets_live_runs_finish_then_returns() {
     let gate = Gate::default();
-    let g = gate.clone();
-    let be = backend(move |_| {
-        let mut s = vec![
-            sse_head(),
-            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
-            Step::Wait(g.clone()),
-        ];
-        s.push(Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))));
-        s.push(Step::End);
-        s
-    })
-    .await;
+    let events = vec![
+        json!({"type":"RUN_STARTED"}),
+        json!({"type":"RUN_FINISHED"}),
+    ];
+    let be = turn_backend(events, Some((1, gate.clone()))).await;
     let mut tether = sidecar(be.addr, "").await;
-    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    let mut r = post(tether.addr, "/chat", &chat("c")).await;
     r.frame().await.unwrap();
     r.frame().await.unwrap();
     let handle = tether.handle.take().unwrap();
     let shared = handle.shared.clone();
     let drain = tokio::spawn(handle.drain(Duration::from_secs(30)));
-    within("not ready while draining", async {
-        while request(tether.admin, "GET", "/readyz", &[], b"")
-            .await
-            .status
-            != 503
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    let admin = tether.admin;
+    eventually_async("not ready while draining", || async move {
+        request(admin, "GET", "/readyz", &[], b"").await.status == 503
     })
     .await;
     assert!(shared.draining.load(std::sync::atomic::Ordering::Relaxed));
@@ -180,18 +135,9 @@ async fn a_drain_refuses_readiness_lets_live_runs_finish_then_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_timeout_stops_what_is_left_and_tells_its_observers() {
     let gate = Gate::default();
-    let g = gate.clone();
-    let be = backend(move |_| {
-        vec![
-            sse_head(),
-            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
-            Step::Wait(g.clone()),
-            Step::End,
-        ]
-    })
-    .await;
+    let be = turn_backend(vec![json!({"type":"RUN_STARTED"})], Some((1, gate.clone()))).await;
     let mut tether = sidecar(be.addr, "").await;
-    let mut r = post(tether.addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+    let mut r = post(tether.addr, "/chat", &chat("c")).await;
     r.frame().await.unwrap();
     r.frame().await.unwrap();
     let handle = tether.handle.take().unwrap();
@@ -232,14 +178,13 @@ fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
         .unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut r = post(addr, "/chat", &json!({"chat_id":"c","protocol":1})).await;
+        let mut r = post(addr, "/chat", &chat("c")).await;
         r.frame().await.unwrap();
         r.frame().await.unwrap();
-        let kill = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(kill.success());
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        // SAFETY: kill(2) takes plain integers; the pid is our own child, not yet waited for.
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) };
+        assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
         let rest = r.frames_to_end().await;
         let end = rest.last().unwrap();
         assert_eq!(

@@ -1,37 +1,17 @@
 //! Record routes end to end: the real sidecar in front of scripted backends.
 
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use serde_json::{json, Value};
-
-fn chat(id: &str) -> Value {
-    json!({"chat_id": id, "protocol": 1})
-}
-
-/// Script: an SSE head, `events` as one chunk each, with an optional gate after `pause_at`.
-fn script(events: Vec<Value>, pause_at: Option<(usize, Gate)>) -> Vec<Step> {
-    let mut steps = vec![sse_head()];
-    for (i, e) in events.iter().enumerate() {
-        if let Some((at, g)) = &pause_at {
-            if i == *at {
-                steps.push(Step::Wait(g.clone()));
-            }
-        }
-        steps.push(Step::Chunk(sse(e)));
-    }
-    steps.push(Step::End);
-    steps
-}
+use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_killed_mid_stream_does_not_reach_the_backend_and_recovers_prefix_and_suffix() {
     let events = turn(30);
     let half = events.len() / 2;
     let gate = Gate::default();
-    let (ev, g) = (events.clone(), gate.clone());
-    let be = backend(move |_| script(ev.clone(), Some((half, g.clone())))).await;
+    let be = turn_backend(events.clone(), Some((half, gate.clone()))).await;
     let tether = sidecar(be.addr, "").await;
 
     let mut client = post(tether.addr, "/chat", &chat("c1")).await;
@@ -69,8 +49,7 @@ async fn a_client_killed_mid_stream_does_not_reach_the_backend_and_recovers_pref
 
     // Recover the suffix from the cursor.
     let last = had.last().unwrap().seq();
-    let body = json!({"chat_id":"c1","protocol":1,"run_id":run_id,"after_seq":last});
-    let mut rec = post(tether.addr, "/chat/live", &body).await;
+    let mut rec = post(tether.addr, "/chat/live", &cursor("c1", &run_id, last)).await;
     assert_eq!(rec.status, 200);
     let rest = rec.frames_to_end().await;
     assert!(rec.ended);
@@ -142,9 +121,8 @@ async fn an_upstream_reset_mid_stream_ends_with_persisted_false() {
     let events = turn(6);
     let ev = events.clone();
     let be = backend(move |_| {
-        let mut s = vec![sse_head()];
-        s.extend(ev[..4].iter().map(|e| Step::Chunk(sse(e))));
-        s.push(Step::Reset);
+        let mut s = scripted_turn(&ev[..4], None);
+        *s.last_mut().unwrap() = Step::Reset; // instead of the end
         s
     })
     .await;
@@ -187,7 +165,7 @@ async fn an_upstream_reset_mid_stream_ends_with_persisted_false() {
 async fn a_clean_end_without_a_terminal_event_is_not_persisted() {
     let events = turn(4);
     let ev = events[..events.len() - 1].to_vec(); // no RUN_FINISHED
-    let be = backend(move |_| script(ev.clone(), None)).await;
+    let be = turn_backend(ev, None).await;
     let tether = sidecar(be.addr, "").await;
     let frames = post(tether.addr, "/chat", &chat("c"))
         .await
@@ -210,7 +188,7 @@ async fn commit_on_an_event_persists_only_when_it_arrives() {
     let without = turn(2);
     let be = backend(move |r: &Req| {
         let saved = serde_json::from_slice::<Value>(&r.body).unwrap()["chat_id"] == "saved";
-        script(if saved { with.clone() } else { without.clone() }, None)
+        scripted_turn(if saved { &with } else { &without }, None)
     })
     .await;
     let routes = "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\ncommit=\"event:CUSTOM:persisted\"\n[[routes]]\nmethods=[\"POST\",\"GET\"]\npath=\"/chat/live\"\nkind=\"attach\"\n";
@@ -235,9 +213,9 @@ async fn a_new_run_supersedes_the_active_one_whose_producer_keeps_going() {
     let be = backend(move |r: &Req| {
         let first = serde_json::from_slice::<Value>(&r.body).unwrap()["n"] == 1;
         if first {
-            script(turn(4), Some((2, g.clone())))
+            scripted_turn(&turn(4), Some((2, &g)))
         } else {
-            script(turn(2), None)
+            scripted_turn(&turn(2), None)
         }
     })
     .await;
@@ -274,10 +252,7 @@ async fn a_new_run_supersedes_the_active_one_whose_producer_keeps_going() {
     be.wait_answers(2).await;
     assert!(be.served.lock().iter().all(|s| s.completed));
     // The backend has written its end; tether's producer reads it a moment later.
-    let registry = tether.handle.as_ref().unwrap().shared.registry.clone();
-    let run = registry
-        .find("c", &tether::auth::Owner::NONE, &run_a)
-        .unwrap();
+    let run = tether.find_run("c", &run_a).unwrap();
     eventually("superseded producer ended", || !run.is_producing()).await;
     assert_eq!(
         tether
@@ -286,12 +261,7 @@ async fn a_new_run_supersedes_the_active_one_whose_producer_keeps_going() {
         1.0
     );
     // A cursor on the superseded run: its events after the cursor, then the superseded end.
-    let mut r = post(
-        tether.addr,
-        "/chat/live",
-        &json!({"chat_id":"c","protocol":1,"run_id":run_a,"after_seq":1}),
-    )
-    .await;
+    let mut r = post(tether.addr, "/chat/live", &cursor("c", &run_a, 1)).await;
     let f = r.frames_to_end().await;
     assert_eq!(
         f.iter().map(Frame::ty).collect::<Vec<_>>(),
@@ -329,16 +299,14 @@ async fn utf8_split_across_upstream_chunks_arrives_intact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_upstream_event_is_dropped_and_counted_and_the_stream_goes_on() {
     let big = json!({"type":"CUSTOM","name":"big","value":"x".repeat(5000)});
-    let be = backend(move |_| {
-        script(
-            vec![
-                json!({"type":"RUN_STARTED"}),
-                big.clone(),
-                json!({"type":"RUN_FINISHED"}),
-            ],
-            None,
-        )
-    })
+    let be = turn_backend(
+        vec![
+            json!({"type":"RUN_STARTED"}),
+            big,
+            json!({"type":"RUN_FINISHED"}),
+        ],
+        None,
+    )
     .await;
     let tether = sidecar(be.addr, "[recorder]\nmax_event_bytes = 1024\n").await;
     let f = post(tether.addr, "/chat", &chat("c"))
@@ -369,16 +337,7 @@ async fn non_sse_and_error_answers_are_relayed_unchanged_and_nothing_is_recorded
         } else {
             (200, "{\"ok\":1}")
         };
-        vec![
-            Step::Head(
-                status,
-                vec![
-                    ("content-type", "application/json".into()),
-                    ("content-length", text.len().to_string()),
-                ],
-            ),
-            Step::Raw(Bytes::from_static(text.as_bytes())),
-        ]
+        fixed_answer(status, "application/json", text)
     })
     .await;
     let tether = sidecar(be.addr, "").await;
@@ -433,17 +392,12 @@ async fn an_unreachable_upstream_gives_502_with_a_json_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_backend_turn_records_and_recovers() {
     // tether without an upstream runs its own demo backend.
-    let file =
-        tether::config::parse_file("[server]\nlisten=\"127.0.0.1:0\"\nadmin=\"127.0.0.1:0\"\n")
-            .unwrap();
-    let cfg = tether::config::Config::from_parts(file, &tether::config::Flags::default()).unwrap();
-    let opts = tether::server::demo::DemoOptions {
+    let tether = demo_sidecar(DemoOptions {
         tokens: 12,
         pace: std::time::Duration::ZERO,
-    };
-    let handle = tether::server::start(cfg, opts).await.unwrap();
-    let addr = handle.proxy_addr;
-    let f = post(addr, "/chat", &chat("demo"))
+    })
+    .await;
+    let f = post(tether.addr, "/chat", &chat("demo"))
         .await
         .frames_to_end()
         .await;
@@ -452,14 +406,14 @@ async fn the_demo_backend_turn_records_and_recovers() {
         .filter(|f| f.ty() == "STREAM_EVENT")
         .map(|f| f.json["event"].clone())
         .collect();
-    assert_eq!(events, tether::server::demo::turn("demo", 1, 12));
+    assert_eq!(events, demo::turn("demo", 1, 12));
     assert_eq!(f.last().unwrap().json["persisted"], true);
-    let demo = &handle.demo.as_ref().unwrap().1;
+    let backend = &tether.handle().demo.as_ref().unwrap().1;
     assert_eq!(
-        demo.stats
+        backend
+            .stats
             .completed
             .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
-    handle.abort();
 }

@@ -1,0 +1,271 @@
+//! A raw HTTP/1.1 client on a plain socket: one request per connection, the response head parsed
+//! with `httparse`, the body read as it arrives (chunked or not) and split into SSE frames, and
+//! an abrupt close (RST) as a killed browser tab does it.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{parse_frame, within, Frame};
+
+/// Closes `sock` abruptly: zero linger, so the close sends RST at once and never blocks.
+pub fn close_with_rst(sock: TcpStream) {
+    let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
+    drop(sock);
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Head {
+    pub status: u16,
+    /// Names in lower case, values trimmed.
+    pub headers: Vec<(String, String)>,
+    /// The length of the head in bytes, the blank line included.
+    pub len: usize,
+}
+
+impl Head {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The response head at the start of `buf`; `None` while it is incomplete. Panics on bytes that
+/// are not an HTTP/1.x response head.
+pub fn parse_head(buf: &[u8]) -> Option<Head> {
+    let mut slots = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Response::new(&mut slots);
+    let status = parsed.parse(buf).unwrap_or_else(|e| {
+        panic!(
+            "not an HTTP response head ({e}): {:?}",
+            String::from_utf8_lossy(buf)
+        )
+    });
+    let len = match status {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial => return None,
+    };
+    let headers = parsed
+        .headers
+        .iter()
+        .map(|h| {
+            let value = std::str::from_utf8(h.value).expect("a UTF-8 header value");
+            (h.name.to_ascii_lowercase(), value.trim().to_string())
+        })
+        .collect();
+    Some(Head {
+        status: parsed.code.expect("a complete head has a status"),
+        headers,
+        len,
+    })
+}
+
+/// A response being read.
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    sock: TcpStream,
+    raw: BytesMut,
+    body: BytesMut,
+    chunked: bool,
+    remaining: Option<usize>,
+    pub ended: bool,
+}
+
+/// Sends one request on a fresh connection and reads the response head.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    sock.write_all(req.as_bytes()).await.unwrap();
+    sock.write_all(body).await.unwrap();
+    read_head(sock).await
+}
+
+/// POSTs JSON.
+pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
+    request(
+        addr,
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .await
+}
+
+async fn read_head(mut sock: TcpStream) -> Resp {
+    let mut raw = BytesMut::new();
+    let head = within("response head", async {
+        loop {
+            if let Some(head) = parse_head(&raw) {
+                return head;
+            }
+            assert!(
+                sock.read_buf(&mut raw).await.unwrap() > 0,
+                "closed before a response head"
+            );
+        }
+    })
+    .await;
+    raw.advance(head.len);
+    let chunked = head
+        .header("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"));
+    let remaining = head.header("content-length").map(|v| v.parse().unwrap());
+    let ended = !chunked && remaining == Some(0) || head.status == 204;
+    Resp {
+        status: head.status,
+        headers: head.headers,
+        sock,
+        raw,
+        body: BytesMut::new(),
+        chunked,
+        remaining,
+        ended,
+    }
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Moves the next whole chunk of a chunked body from `raw` to `body`. `None` until a whole
+    /// chunk has arrived; `Some(false)` for the last chunk.
+    fn next_chunk(&mut self) -> Option<bool> {
+        let (size_len, size) = match httparse::parse_chunk_size(&self.raw) {
+            Ok(httparse::Status::Complete(c)) => c,
+            Ok(httparse::Status::Partial) => return None,
+            Err(e) => panic!("bad chunk size: {e:?}"),
+        };
+        let size = usize::try_from(size).unwrap();
+        // The data and its CRLF; the last chunk has no trailers here.
+        if self.raw.len() < size_len + size + 2 {
+            return None;
+        }
+        self.raw.advance(size_len);
+        let data = self.raw.split_to(size);
+        assert_eq!(&self.raw[..2], b"\r\n", "a chunk not ended by CRLF");
+        self.raw.advance(2);
+        self.body.extend_from_slice(&data);
+        Some(size > 0)
+    }
+
+    /// Reads more body into the decoded buffer. Returns false at the end of the body (a clean
+    /// end sets `ended`; a connection closed before it does not).
+    async fn fill(&mut self) -> bool {
+        if self.ended {
+            return false;
+        }
+        loop {
+            if self.chunked {
+                match self.next_chunk() {
+                    Some(true) => return true,
+                    Some(false) => {
+                        self.ended = true;
+                        return false;
+                    }
+                    None => {}
+                }
+            } else if !self.raw.is_empty() {
+                let n = self
+                    .remaining
+                    .map_or(self.raw.len(), |r| r.min(self.raw.len()));
+                self.body.extend_from_slice(&self.raw.split_to(n));
+                if let Some(r) = self.remaining.as_mut() {
+                    *r -= n;
+                    if *r == 0 {
+                        self.ended = true;
+                    }
+                }
+                return true;
+            }
+            match self.sock.read_buf(&mut self.raw).await {
+                Ok(0) | Err(_) => {
+                    if !self.chunked && self.remaining.is_none() {
+                        self.ended = true;
+                    }
+                    return false;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The whole remaining body.
+    pub async fn body_to_end(&mut self) -> Bytes {
+        within("body", async { while self.fill().await {} }).await;
+        self.body.split().freeze()
+    }
+
+    /// The next SSE frame's JSON (comments skipped); `None` when the body ends.
+    pub async fn frame(&mut self) -> Option<Frame> {
+        within("frame", async {
+            loop {
+                if let Some(i) = self.body.windows(2).position(|w| w == b"\n\n") {
+                    let text = self.body.split_to(i + 2);
+                    match parse_frame(std::str::from_utf8(&text).unwrap()) {
+                        Some(frame) => return Some(frame),
+                        None => continue, // a comment
+                    }
+                }
+                if !self.fill().await {
+                    return None;
+                }
+            }
+        })
+        .await
+    }
+
+    /// Reads until the raw body contains `needle` (comments included); false if it ended first.
+    pub async fn read_until(&mut self, needle: &[u8]) -> bool {
+        within("body text", async {
+            loop {
+                if self.body.windows(needle.len()).any(|w| w == needle) {
+                    return true;
+                }
+                if !self.fill().await {
+                    return false;
+                }
+            }
+        })
+        .await
+    }
+
+    /// Every frame up to the end of the body.
+    pub async fn frames_to_end(&mut self) -> Vec<Frame> {
+        let mut v = Vec::new();
+        while let Some(f) = self.frame().await {
+            v.push(f);
+        }
+        v
+    }
+
+    /// Closes the connection abruptly (RST), as a killed browser tab does.
+    pub fn kill(self) {
+        close_with_rst(self.sock);
+    }
+}
