@@ -7,8 +7,8 @@ mod attach;
 mod control;
 mod record;
 mod session;
+mod shared;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -16,38 +16,12 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::Result;
 use pingora_http::RequestHeader;
 use pingora_proxy::{ProxyHttp, Session};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-use crate::auth::{Auth, Owner};
-use crate::config::{Config, Route, RouteKind};
+use crate::auth::Owner;
+use crate::config::{Route, RouteKind};
 use crate::error::{ApiError, Code};
-use crate::metrics::Metrics;
-use crate::registry::Registry;
-use crate::upstream::Upstream;
 use session::finish;
-
-/// State shared by every request of one sidecar.
-pub struct Shared {
-    /// The validated configuration.
-    pub cfg: Config,
-    /// Chats and runs.
-    pub registry: Arc<Registry>,
-    /// The backend client.
-    pub upstream: Arc<Upstream>,
-    /// Metric families.
-    pub metrics: Metrics,
-    /// Caller identities.
-    pub auth: Auth,
-    /// Set on SIGTERM: new record requests are refused with 503.
-    pub draining: AtomicBool,
-    /// Producer tasks: the drain waits for them.
-    pub producers: TaskTracker,
-    /// Observers writing to a client: the drain lets them finish their end.
-    pub observers: TaskTracker,
-    /// Cancelled when the drain ends: live observer streams stop.
-    pub stop: CancellationToken,
-}
+pub use shared::Shared;
 
 /// The `ProxyHttp` implementation.
 pub struct Sidecar {

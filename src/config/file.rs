@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::route::RouteConf;
-use super::{err, ConfigError};
+use crate::error::ConfigError;
 
 /// A duration written as `15s`, `5m`, `300ms`, `1h 30m` (humantime syntax).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +216,6 @@ pub fn parse_file(text: &str) -> Result<File, ConfigError> {
                 format!("line {line}")
             })
             .unwrap_or_else(|| "file".into());
-        err(key, e.message().to_string())
+        ConfigError::new(key, e.message().to_string())
     })
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-use super::{err, ConfigError};
+use crate::error::ConfigError;
 
 /// What a route does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -184,20 +184,35 @@ pub fn default_routes() -> Vec<RouteConf> {
 pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
     let key = |k: &str| format!("routes[{i}].{k}");
     if !rc.path.starts_with('/') {
-        return Err(err(key("path"), format!("{:?} must start with /", rc.path)));
+        return Err(ConfigError::new(
+            key("path"),
+            format!("{:?} must start with /", rc.path),
+        ));
     }
     if rc.methods.is_empty() {
-        return Err(err(key("methods"), "must name at least one method"));
+        return Err(ConfigError::new(
+            key("methods"),
+            "must name at least one method",
+        ));
     }
     let methods: Vec<String> = rc.methods.iter().map(|m| m.to_ascii_uppercase()).collect();
     if let Some(m) = methods
         .iter()
         .find(|m| !m.bytes().all(|b| b.is_ascii_uppercase()))
     {
-        return Err(err(key("methods"), format!("{m:?} is not an HTTP method")));
+        return Err(ConfigError::new(
+            key("methods"),
+            format!("{m:?} is not an HTTP method"),
+        ));
     }
-    let chat_id: ChatIdFrom = rc.chat_id.parse().map_err(|e| err(key("chat_id"), e))?;
-    let commit: Commit = rc.commit.parse().map_err(|e| err(key("commit"), e))?;
+    let chat_id: ChatIdFrom = rc
+        .chat_id
+        .parse()
+        .map_err(|e| ConfigError::new(key("chat_id"), e))?;
+    let commit: Commit = rc
+        .commit
+        .parse()
+        .map_err(|e| ConfigError::new(key("commit"), e))?;
     Ok(Route {
         methods,
         path: rc.path,

@@ -5,7 +5,9 @@
 use log::{debug, info};
 use pingora_proxy::Session;
 
-use super::session::{header_value, read_body, write_sse_header, Handled, Reply};
+use super::session::{
+    forward_unrecorded, header_value, observe, read_body, write_sse_header, Handled, Reply,
+};
 use super::Sidecar;
 use crate::attach::{self, Decision};
 use crate::auth::Auth;
@@ -43,7 +45,7 @@ impl Sidecar {
         })?;
         if !req.protocol1 {
             // A legacy attach goes to the backend unchanged, unrecorded.
-            return Ok(self.forward_unrecorded(session, body).await?.1);
+            return Ok(forward_unrecorded(s, session, body).await?.1);
         }
         let owner = self.owner(session)?;
         let scope = Auth::scope(&owner, &req.chat_id);
@@ -108,6 +110,6 @@ impl Sidecar {
         if !write_sse_header(session, run.id()).await {
             return Ok(Reply::Abort);
         }
-        Ok(self.observe(session, &run, start, None).await)
+        Ok(observe(s, session, &run, start, None).await)
     }
 }

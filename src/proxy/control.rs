@@ -11,7 +11,7 @@ use log::{info, warn};
 use pingora_proxy::Session;
 use serde_json::json;
 
-use super::session::{header_value, read_body, Handled, Reply};
+use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::Sidecar;
 use crate::auth::Auth;
 use crate::config::Route;
@@ -136,7 +136,7 @@ impl Sidecar {
             Err(h) => return h,
         };
         let event = request::resolution(&body)?;
-        let (status, reply) = self.forward_unrecorded(session, body).await?;
+        let (status, reply) = forward_unrecorded(s, session, body).await?;
         if !(200..300).contains(&status) {
             return Ok(reply);
         }

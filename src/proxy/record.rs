@@ -9,7 +9,8 @@ use log::info;
 use pingora_proxy::Session;
 
 use super::session::{
-    read_body, relay, relay_upstream, unreachable, write_sse_header, Handled, Reply, Source,
+    forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
+    Handled, Reply, Source,
 };
 use super::Sidecar;
 use crate::auth::{Auth, Owner};
@@ -67,7 +68,7 @@ impl Sidecar {
                 "chat {:?}: recorder full, turn passed through unrecorded",
                 req.chat_id
             );
-            return Ok(self.forward_unrecorded(session, body).await?.1);
+            return Ok(forward_unrecorded(s, session, body).await?.1);
         }
         let scope = Auth::scope(&owner, &req.chat_id);
         let run_id = mint_run_id();
@@ -149,7 +150,7 @@ impl Sidecar {
                 if !write_sse_header(session, run.id()).await {
                     return Ok(Reply::Abort);
                 }
-                Ok(self.observe(session, &run, Start::Fresh, Some(guard)).await)
+                Ok(observe(s, session, &run, Start::Fresh, Some(guard)).await)
             }
         }
     }

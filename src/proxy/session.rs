@@ -12,7 +12,7 @@ use pingora_core::Result;
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 
-use super::Sidecar;
+use super::shared::Shared;
 use crate::error::{ApiError, Code};
 use crate::observer::{self, Sink, Start};
 use crate::run::{ObserverGuard, Run};
@@ -262,57 +262,52 @@ pub(crate) async fn relay_upstream(
     reply
 }
 
-impl Sidecar {
-    /// Sends a request tether does not record to the backend and relays the answer unchanged.
-    /// Returns the upstream status with how the relay ended.
-    pub(crate) async fn forward_unrecorded(
-        &self,
-        session: &mut Session,
-        body: Bytes,
-    ) -> std::result::Result<(u16, Reply), ApiError> {
-        let s = &self.shared;
-        let up = match s.upstream.open(session.req_header(), &body, None).await {
-            Ok(u) => u,
-            Err(e) => {
-                s.metrics.upstream_errors.inc(e.kind);
-                return Err(unreachable());
-            }
-        };
-        let Some(header) = up.response_header().cloned() else {
+/// Sends a request tether does not record to the backend and relays the answer unchanged.
+/// Returns the upstream status with how the relay ended.
+pub(crate) async fn forward_unrecorded(
+    s: &Shared,
+    session: &mut Session,
+    body: Bytes,
+) -> std::result::Result<(u16, Reply), ApiError> {
+    let up = match s.upstream.open(session.req_header(), &body, None).await {
+        Ok(u) => u,
+        Err(e) => {
+            s.metrics.upstream_errors.inc(e.kind);
             return Err(unreachable());
-        };
-        let status = header.status.as_u16();
-        Ok((
-            status,
-            relay_upstream(session, &s.upstream, header, Box::new(up)).await,
-        ))
-    }
-
-    /// Serves `run` to this client as an observer, then ends the response.
-    pub(crate) async fn observe(
-        &self,
-        session: &mut Session,
-        run: &Arc<Run>,
-        start: Start,
-        guard: Option<ObserverGuard>,
-    ) -> Reply {
-        let s = &self.shared;
-        // Counted by the drain until this observer has written its end or left.
-        let _tracked = s.observers.token();
-        session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
-        let opts = observer::Options {
-            heartbeat: s.cfg.server.heartbeat.0,
-        };
-        let mut sink = SessionSink(session);
-        let outcome =
-            observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
-        match outcome {
-            observer::Outcome::Ended => match session.write_response_body(None, true).await {
-                Ok(()) => Reply::Done,
-                Err(_) => Reply::Abort,
-            },
-            _ => Reply::Abort,
         }
+    };
+    let Some(header) = up.response_header().cloned() else {
+        return Err(unreachable());
+    };
+    let status = header.status.as_u16();
+    Ok((
+        status,
+        relay_upstream(session, &s.upstream, header, Box::new(up)).await,
+    ))
+}
+
+/// Serves `run` to this client as an observer, then ends the response.
+pub(crate) async fn observe(
+    s: &Shared,
+    session: &mut Session,
+    run: &Arc<Run>,
+    start: Start,
+    guard: Option<ObserverGuard>,
+) -> Reply {
+    // Counted by the drain until this observer has written its end or left.
+    let _tracked = s.observers.token();
+    session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
+    let opts = observer::Options {
+        heartbeat: s.cfg.server.heartbeat.0,
+    };
+    let mut sink = SessionSink(session);
+    let outcome = observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
+    match outcome {
+        observer::Outcome::Ended => match session.write_response_body(None, true).await {
+            Ok(()) => Reply::Done,
+            Err(_) => Reply::Abort,
+        },
+        _ => Reply::Abort,
     }
 }
 

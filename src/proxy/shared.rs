@@ -1,0 +1,36 @@
+//! The state every request of one sidecar shares: configuration, registry, backend client,
+//! metrics, callers' identities, and the drain's trackers.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::Auth;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::upstream::Upstream;
+
+/// State shared by every request of one sidecar.
+pub struct Shared {
+    /// The validated configuration.
+    pub cfg: Config,
+    /// Chats and runs.
+    pub registry: Arc<Registry>,
+    /// The backend client.
+    pub upstream: Arc<Upstream>,
+    /// Metric families.
+    pub metrics: Metrics,
+    /// Caller identities.
+    pub auth: Auth,
+    /// Set on SIGTERM: new record requests are refused with 503.
+    pub draining: AtomicBool,
+    /// Producer tasks: the drain waits for them.
+    pub producers: TaskTracker,
+    /// Observers writing to a client: the drain lets them finish their end.
+    pub observers: TaskTracker,
+    /// Cancelled when the drain ends: live observer streams stop.
+    pub stop: CancellationToken,
+}
