@@ -30,6 +30,33 @@ async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrape_before_the_first_turn_has_every_labelled_family_at_zero() {
+    let be = backend(|_| vec![sse_head(), Step::End]).await;
+    let routes = "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\n[[routes]]\nmethods=[\"POST\"]\npath=\"/v2/chat\"\nkind=\"record\"\n[[routes]]\nmethods=[\"GET\"]\npath=\"/chat/live\"\nkind=\"attach\"\non_miss=\"record\"\n[[routes]]\nmethods=[\"POST\"]\npath=\"/chat/stop\"\nkind=\"stop\"\n";
+    let tether = sidecar(be.addr, routes).await;
+    let text = tether.metrics().await;
+    for sample in [
+        "tether_runs_started_total{route=\"/chat\"} 0",
+        "tether_runs_started_total{route=\"/v2/chat\"} 0",
+        "tether_runs_started_total{route=\"/chat/live\"} 0",
+        "tether_runs_finished_total{outcome=\"persisted\"} 0",
+        "tether_runs_finished_total{outcome=\"cancelled\"} 0",
+        "tether_attach_total{result=\"snapshot\"} 0",
+        "tether_attach_total{result=\"end_only\"} 0",
+        "tether_snapshot_resets_total{reason=\"lagged\"} 0",
+        "tether_snapshot_resets_total{reason=\"future_cursor\"} 0",
+        "tether_upstream_errors_total{kind=\"connect\"} 0",
+        "tether_upstream_errors_total{kind=\"protocol\"} 0",
+        "tether_runs_evicted_total{reason=\"expired\"} 0",
+        "tether_events_dropped_total{reason=\"after_end\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == sample), "missing {sample:?} in\n{text}");
+    }
+    // A stop route starts no runs, so it is no route label.
+    assert!(!text.contains("route=\"/chat/stop\""), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_as_runs_are_recorded_and_observed() {
     let gate = Gate::default();
     let be = turn_backend(turn(10), Some((3, gate.clone()))).await;
