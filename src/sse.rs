@@ -1,4 +1,4 @@
-//! Incremental Server-Sent Events decoder (WHATWG rules) and frame encoder: pure, no I/O.
+//! Incremental Server-Sent Events decoder (WHATWG rules): pure, no I/O.
 //!
 //! The [`Decoder`] is fed arbitrary chunks of an `text/event-stream` body, down to one byte at a
 //! time, and yields exactly the events the WHATWG "server-sent events" parsing rules give:
@@ -328,24 +328,8 @@ impl Decoder {
     }
 }
 
-/// Appends one outgoing frame: `id: <id>\ndata: <data>\n\n`. `data` must be one line.
-pub fn encode_frame(out: &mut BytesMut, id: &[u8], data: &[u8]) {
-    out.reserve(frame_len(id.len(), data.len()));
-    out.extend_from_slice(b"id: ");
-    out.extend_from_slice(id);
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\n\n");
-}
-
-/// The encoded length of a frame with an id of `id` bytes and data of `data` bytes.
-pub const fn frame_len(id: usize, data: usize) -> usize {
-    4 + id + 7 + data + 2
-}
-
 /// An SSE comment line pair, used for heartbeats: `: keepalive\n\n`.
 pub const KEEPALIVE: &[u8] = b": keepalive\n\n";
 
 #[cfg(test)]
-#[path = "sse_tests.rs"]
 mod tests;

@@ -50,7 +50,10 @@ async fn a_scrape_before_the_first_turn_has_every_labelled_family_at_zero() {
         "tether_runs_evicted_total{reason=\"expired\"} 0",
         "tether_events_dropped_total{reason=\"after_end\"} 0",
     ] {
-        assert!(text.lines().any(|l| l == sample), "missing {sample:?} in\n{text}");
+        assert!(
+            text.lines().any(|l| l == sample),
+            "missing {sample:?} in\n{text}"
+        );
     }
     // A stop route starts no runs, so it is no route label.
     assert!(!text.contains("route=\"/chat/stop\""), "{text}");

@@ -162,3 +162,32 @@ fn attach_get_reads_query_and_last_event_id() {
         "invalid_query"
     );
 }
+
+#[test]
+fn an_event_frame_decodes_back_to_its_id_and_event() {
+    let mut out = BytesMut::new();
+    EventEncoder::new("r").write(&mut out, 1, b"{}");
+    assert_eq!(
+        &out[..],
+        b"id: r:1\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":\"r\",\"seq\":1,\"event\":{}}\n\n"
+    );
+    let mut dec = crate::sse::Decoder::new(1024);
+    let mut got = Vec::new();
+    dec.feed(&out.freeze(), &mut got);
+    match &got[..] {
+        [crate::sse::Decoded::Event(e)] => {
+            assert_eq!(e.id.as_deref(), Some(&b"r:1"[..]));
+            let v: Value = serde_json::from_slice(&e.data).unwrap();
+            assert_eq!(v["event"], json!({}));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_cached_encoder_and_the_dialect_encode_the_same_bytes() {
+    let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
+    EventEncoder::new("run-\"q\"").write(&mut a, 42, br#"{"type":"X"}"#);
+    Protocol1.event(&mut b, "run-\"q\"", 42, br#"{"type":"X"}"#);
+    assert_eq!(a, b);
+}

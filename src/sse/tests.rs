@@ -212,15 +212,6 @@ fn data_inside_one_chunk_is_a_slice_of_that_chunk() {
     assert!(range.contains(&e.data.as_ptr()), "data was copied");
 }
 
-#[test]
-fn encodes_frames() {
-    let mut out = BytesMut::new();
-    encode_frame(&mut out, b"r:1", b"{}");
-    assert_eq!(&out[..], b"id: r:1\ndata: {}\n\n");
-    assert_eq!(out.len(), frame_len(3, 2));
-    assert_eq!(events(&out), vec![ev(None, "{}", Some("r:1"))]);
-}
-
 /// A generated stream: its bytes and the events a correct decoder yields.
 fn arb_stream() -> impl Strategy<Value = (Vec<u8>, Vec<SseEvent>)> {
     let text = "[a-z \u{e9}\u{1F600}\u{4e16}:]{0,12}";
