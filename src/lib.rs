@@ -23,6 +23,7 @@
 //! The pure core imports nothing from Pingora and no network types.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod attach;
 pub mod auth;

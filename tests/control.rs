@@ -355,6 +355,34 @@ async fn a_refused_approval_is_not_recorded() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_without_a_json_body_is_refused_and_never_forwarded() {
+    let gate = Gate::default();
+    let be = held_backend(&gate).await;
+    // The chat id comes from the query, so the body is not needed to find the chat.
+    let routes = "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\n[[routes]]\nmethods=[\"POST\"]\npath=\"/chat/approve\"\nkind=\"annotate\"\nchat_id=\"query:chat_id\"\n";
+    let tether = sidecar(be.addr, routes).await;
+    let (_run, mut client) = started(&tether, "c", &[]).await;
+    let mut r = request(tether.addr, "POST", "/chat/approve?chat_id=c", &[], b"").await;
+    assert_eq!(
+        (r.status, json_body(&mut r).await["error"].clone()),
+        (400, json!("invalid_json"))
+    );
+    assert!(
+        !be.requests
+            .lock()
+            .iter()
+            .any(|r| r.path.starts_with("/chat/approve")),
+        "a refused approval reached the backend"
+    );
+    gate.open();
+    let rest = client.frames_to_end().await;
+    assert!(
+        rest.iter().all(|f| f.json["event"]["type"] != "RAW"),
+        "nothing was recorded as RAW: {rest:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_nobody_watches_is_stopped_as_abandoned() {
     let gate = Gate::default();
     let be = held_backend(&gate).await;
