@@ -30,7 +30,7 @@ fn upstream(n: usize, delta_len: impl Fn(usize) -> usize, read: usize) -> Vec<By
 /// The whole recording path, as the producer runs it: one batch per upstream read.
 fn record(chunks: &[Bytes]) -> Run {
     let run = Run::new("run-0123456789abcdef", DEFAULT_WINDOW);
-    let mut ingest = Ingest::new(&Agui, Commit::Eof, 8 << 20);
+    let mut ingest = Ingest::new(Some(&Agui), Commit::Eof, 8 << 20);
     let mut batch: Vec<Event> = Vec::new();
     for c in chunks {
         ingest.feed(c, &mut batch);

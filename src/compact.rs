@@ -76,8 +76,37 @@ impl ByteLog {
 struct Open {
     class: MergeClass,
     key: Bytes,
-    /// The first delta's JSON after its `delta` text (closing quote onwards).
+    sub: u64,
+    /// The first delta's JSON after its delta text (closing quote onwards).
     tail: Bytes,
+    /// A last-wins member moved to the end: its label (`"sequence_number":`) and the latest
+    /// delta's value. `tail` then lacks the member and the object's closing brace.
+    last: Option<(Bytes, Bytes)>,
+}
+
+impl Open {
+    /// The group's closing bytes as they stand.
+    fn closing(&self) -> Bytes {
+        match &self.last {
+            None => self.tail.clone(),
+            Some((label, value)) => {
+                let mut out =
+                    BytesMut::with_capacity(self.tail.len() + label.len() + value.len() + 2);
+                out.extend_from_slice(&self.tail);
+                out.extend_from_slice(b",");
+                out.extend_from_slice(label);
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"}");
+                out.freeze()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.key.len()
+            + self.tail.len()
+            + self.last.as_ref().map_or(0, |(l, v)| l.len() + v.len() + 2)
+    }
 }
 
 /// A shared, copy-free view of a compacted history, ready to serialize outside any lock.
@@ -127,13 +156,20 @@ impl Compactor {
         Self::default()
     }
 
-    /// Appends one event, merging it into the open group when it continues it.
+    /// Appends one event, merging it into the open group when it continues it. A transient
+    /// event (one a snapshot may leave out) is not recorded and leaves the group open.
     pub fn push(&mut self, ev: &Event) {
-        if let (Some(open), Some(m)) = (&self.open, &ev.merge) {
+        if ev.transient {
+            return;
+        }
+        if let (Some(open), Some(m)) = (&mut self.open, &ev.merge) {
             let key = &ev.json[m.key.clone()];
             let same_key = key == &open.key[..] || (m.class.key_optional && key.is_empty());
-            if open.class == m.class && same_key {
+            if open.class == m.class && same_key && open.sub == m.sub {
                 self.log.push(&ev.json[m.delta.clone()]);
+                if let (Some((_, value)), Some(l)) = (&mut open.last, &m.last) {
+                    *value = ev.json.slice(l.value.clone());
+                }
                 return;
             }
         }
@@ -142,24 +178,49 @@ impl Compactor {
             self.log.push(b",");
         }
         self.events += 1;
-        match &ev.merge {
-            Some(m) => {
-                self.log.push(&ev.json[..m.delta.end]);
-                self.open = Some(Open {
-                    class: m.class,
-                    key: ev.json.slice(m.key.clone()),
-                    tail: ev.json.slice(m.delta.end..),
-                });
+        let Some(m) = &ev.merge else {
+            self.log.push(&ev.json);
+            return;
+        };
+        let json = &ev.json;
+        let (tail, last) = match &m.last {
+            None => {
+                self.log.push(&json[..m.delta.end]);
+                (json.slice(m.delta.end..), None)
             }
-            None => self.log.push(&ev.json),
-        }
+            Some(l) => {
+                // The member leaves its place; the merged event carries it last, before the
+                // object's closing brace.
+                let close = json.trim_ascii_end().len() - 1;
+                let tail = if l.member.end <= m.delta.start {
+                    self.log.push(&json[..l.member.start]);
+                    self.log.push(&json[l.member.end..m.delta.end]);
+                    json.slice(m.delta.end..close)
+                } else {
+                    self.log.push(&json[..m.delta.end]);
+                    let mut t = BytesMut::with_capacity(close - m.delta.end);
+                    t.extend_from_slice(&json[m.delta.end..l.member.start]);
+                    t.extend_from_slice(&json[l.member.end..close]);
+                    t.freeze()
+                };
+                let last = (json.slice(l.label.clone()), json.slice(l.value.clone()));
+                (tail, Some(last))
+            }
+        };
+        self.open = Some(Open {
+            class: m.class,
+            key: json.slice(m.key.clone()),
+            sub: m.sub,
+            tail,
+            last,
+        });
     }
 
     /// Shares the history as it is now. Copies no text.
     pub fn capture(&mut self) -> Capture {
         Capture {
             blocks: self.log.share(),
-            tail: self.open.as_ref().map(|o| o.tail.clone()),
+            tail: self.open.as_ref().map(Open::closing),
             events: self.events,
         }
     }
@@ -171,12 +232,12 @@ impl Compactor {
 
     /// Bytes held by the history.
     pub fn allocated(&self) -> usize {
-        self.log.allocated() + self.open.as_ref().map_or(0, |o| o.tail.len() + o.key.len())
+        self.log.allocated() + self.open.as_ref().map_or(0, Open::len)
     }
 
     fn close(&mut self) {
         if let Some(open) = self.open.take() {
-            self.log.push(&open.tail);
+            self.log.push(&open.closing());
         }
     }
 }

@@ -9,13 +9,133 @@
 //! (`{"type":"RAW","source":"sse","event":{"event":<name>,"data":<string>}}`) by every format.
 
 pub mod agui;
+pub mod ai_sdk;
+pub mod anthropic;
+pub mod openai_chat;
+pub mod openai_responses;
 
 use std::fmt::Debug;
 use std::ops::Range;
+use std::str::FromStr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use crate::journal::EndReason;
+use crate::metrics::label_enum;
 use crate::sse::SseEvent;
+
+label_enum! {
+    /// The stream formats tether knows; the `format` label of `tether_runs_started_total`.
+    pub enum FormatKind {
+        /// AG-UI events (`RUN_STARTED`, `TEXT_MESSAGE_CONTENT`, …).
+        Agui => "agui",
+        /// OpenAI Chat Completions chunks (`chat.completion.chunk`, then `[DONE]`).
+        OpenaiChat => "openai_chat",
+        /// OpenAI Responses events (`response.output_text.delta`, …).
+        OpenaiResponses => "openai_responses",
+        /// Anthropic Messages events (`message_start`, `content_block_delta`, …).
+        Anthropic => "anthropic",
+        /// The Vercel AI SDK UI message stream (`text-delta`, …, then `[DONE]`).
+        AiSdk => "ai_sdk",
+    }
+}
+
+impl FormatKind {
+    /// The classifier of this format.
+    pub fn format(self) -> &'static dyn Format {
+        match self {
+            FormatKind::Agui => &agui::Agui,
+            FormatKind::OpenaiChat => &openai_chat::OpenaiChat,
+            FormatKind::OpenaiResponses => &openai_responses::OpenaiResponses,
+            FormatKind::Anthropic => &anthropic::Anthropic,
+            FormatKind::AiSdk => &ai_sdk::AiSdk,
+        }
+    }
+}
+
+/// A route's `format` setting: one format, or `auto` (detected per run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FormatChoice {
+    /// From the response headers, else from the first event's shape.
+    #[default]
+    Auto,
+    /// Always this format.
+    Fixed(FormatKind),
+}
+
+impl FromStr for FormatChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(FormatChoice::Auto);
+        }
+        FormatKind::ALL
+            .iter()
+            .find(|k| k.as_str() == s)
+            .map(|k| FormatChoice::Fixed(*k))
+            .ok_or_else(|| {
+                let names: Vec<&str> = FormatKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!("{s:?} must be auto or one of {}", names.join(", "))
+            })
+    }
+}
+
+/// The format a response's headers announce, if they do (`x-vercel-ai-ui-message-stream: v1`).
+pub fn detect_from_headers(header: impl Fn(&str) -> Option<String>) -> Option<FormatKind> {
+    header("x-vercel-ai-ui-message-stream")
+        .is_some_and(|v| v.trim() == "v1")
+        .then_some(FormatKind::AiSdk)
+}
+
+/// The format of a stream whose first event is `first`: the first format (in [`FormatKind::ALL`]
+/// order) that recognizes its shape, else AG-UI (which records anything verbatim).
+pub fn detect_from_event(first: &SseEvent) -> FormatKind {
+    FormatKind::ALL
+        .iter()
+        .copied()
+        .find(|k| k.format().recognizes(first))
+        .unwrap_or(FormatKind::Agui)
+}
+
+/// Any event kept as it is: its JSON object verbatim (type found, nothing merged), or a `RAW`
+/// wrapper for data that is not a JSON object. The starting point of every format.
+pub fn verbatim(sse: &SseEvent) -> Event {
+    let data = one_line(&sse.data);
+    let start = data.iter().position(|b| !b.is_ascii_whitespace());
+    if start.is_some_and(|i| data[i] == b'{') {
+        if let Some(ty) = type_span(&data) {
+            return Event::verbatim(data, ty, 0..0);
+        }
+    }
+    wrap_raw(sse.event.as_deref(), &sse.data)
+}
+
+/// The span of a JSON object's top-level `type` string contents (empty when it has none), or
+/// `None` when `data` is not a valid JSON object.
+pub fn type_span(data: &Bytes) -> Option<Range<usize>> {
+    #[derive(serde::Deserialize)]
+    struct Ty<'a> {
+        #[serde(rename = "type", borrow, default)]
+        ty: Option<&'a serde_json::value::RawValue>,
+    }
+    let text = std::str::from_utf8(data).ok()?;
+    let t: Ty = match serde_json::from_str(text) {
+        Ok(t) => t,
+        Err(_) => {
+            serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+            return Some(0..0);
+        }
+    };
+    let Some(raw) = t.ty else { return Some(0..0) };
+    let s = raw.get();
+    let off = s.as_ptr() as usize - data.as_ptr() as usize;
+    Some(if s.len() >= 2 && s.starts_with('"') {
+        off + 1..off + s.len() - 1
+    } else {
+        0..0
+    })
+}
 
 /// Which deltas may merge with each other: a format-chosen id, unique across formats, and whether
 /// a later delta may omit the key and still join the open group (AG-UI `*_CHUNK` events).
@@ -34,8 +154,24 @@ pub struct Merge {
     pub class: MergeClass,
     /// The raw JSON of the merge key (with quotes), empty when absent.
     pub key: Range<usize>,
+    /// A second part of the key the format computes (a tool call's or content part's index).
+    pub sub: u64,
     /// The escaped contents of the delta's string literal, without its quotes.
     pub delta: Range<usize>,
+    /// A member whose value the last merged delta's replaces (OpenAI Responses'
+    /// `sequence_number`); the merged event carries it last.
+    pub last: Option<LastWins>,
+}
+
+/// A top-level member of a delta event whose merged value is the last delta's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastWins {
+    /// The member's bytes with exactly one adjacent comma (removing them leaves valid JSON).
+    pub member: Range<usize>,
+    /// The member's key and colon (`"sequence_number":`).
+    pub label: Range<usize>,
+    /// The member's value.
+    pub value: Range<usize>,
 }
 
 /// One classified upstream event, ready for the run log.
@@ -49,8 +185,18 @@ pub struct Event {
     pub name: Range<usize>,
     /// Set when the event is a delta that may merge with adjacent ones.
     pub merge: Option<Merge>,
-    /// Set when the event ends its stream (per its format).
+    /// Set when the event is its format's end of a turn (`RUN_FINISHED`, `message_stop`, …).
     pub terminal: bool,
+    /// Set when the event is a finish marker that must come before the terminal event for the
+    /// turn to count as complete (OpenAI's `finish_reason` chunk, the AI SDK's `finish`).
+    pub finish: bool,
+    /// Set when the event says the turn failed (`response.failed`, an Anthropic `error`, …).
+    pub failure: Option<EndReason>,
+    /// Set when a snapshot may leave the event out (Anthropic `ping`): it neither appears in
+    /// the compacted history nor closes an open merge group.
+    pub transient: bool,
+    /// The SSE `event:` name, when the upstream sent one that differs from the JSON `type`.
+    pub sse_name: Option<Bytes>,
 }
 
 impl Event {
@@ -81,12 +227,58 @@ impl Event {
 
 /// A stream format: classifies one SSE event of its streams.
 pub trait Format: Send + Sync + Debug {
+    /// The format's kind (its configured name, its metric label).
+    fn kind(&self) -> FormatKind;
+
     /// The format's name, as configured and as logged.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.kind().as_str()
+    }
+
+    /// Whether `first`, the first event of a stream, has this format's shape. Runs once per
+    /// run on a route with `format = "auto"` whose headers named no format. Default: no.
+    fn recognizes(&self, first: &SseEvent) -> bool {
+        let _ = first;
+        false
+    }
+
+    /// Whether a turn counts as complete only when a finish marker ([`Event::finish`]) came
+    /// before its terminal event. Default: no.
+    fn needs_finish(&self) -> bool {
+        false
+    }
 
     /// Classifies one decoded SSE event. Runs once per upstream event on the producer's task;
     /// must not fail: data it cannot read is kept verbatim (a JSON object) or wrapped as `RAW`.
     fn classify(&self, sse: &SseEvent) -> Event;
+}
+
+impl Event {
+    /// An event that is none of: delta, terminal, finish, failure, transient.
+    pub fn verbatim(json: Bytes, ty: Range<usize>, name: Range<usize>) -> Event {
+        Event {
+            json,
+            ty,
+            name,
+            merge: None,
+            terminal: false,
+            finish: false,
+            failure: None,
+            transient: false,
+            sse_name: None,
+        }
+    }
+
+    /// Sets [`Event::sse_name`] from the SSE event's `event:` field when it differs from the
+    /// JSON `type`.
+    pub fn with_sse_name(mut self, sse: &SseEvent) -> Event {
+        if let Some(name) = &sse.event {
+            if name[..] != self.json[self.ty.clone()] {
+                self.sse_name = Some(name.clone());
+            }
+        }
+        self
+    }
 }
 
 /// Multi-line JSON is joined with `\n`; outside strings that is whitespace, so replacing CR/LF
@@ -118,13 +310,7 @@ pub fn wrap_raw(name: Option<&[u8]>, data: &[u8]) -> Event {
     // `{"type":"` is 9 bytes; `RAW` follows.
     const TY: Range<usize> = 9..12;
     debug_assert_eq!(&RAW_PREFIX[TY], b"RAW");
-    Event {
-        json: out.freeze(),
-        ty: TY,
-        name: 0..0,
-        merge: None,
-        terminal: false,
-    }
+    Event::verbatim(out.freeze(), TY, 0..0)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use crate::config::Commit;
-use crate::format::{Event, Format};
+use crate::format::{detect_from_event, Event, Format, FormatKind};
 use crate::journal::{End, EndReason};
 use crate::metrics::Outcome;
 use crate::sse::{Decoded, Decoder};
@@ -44,28 +44,38 @@ pub struct Verdict {
 #[derive(Debug)]
 pub struct Ingest {
     decoder: Decoder,
-    format: &'static dyn Format,
+    format: Option<&'static dyn Format>,
     commit: Commit,
     decoded: Vec<Decoded>,
+    saw_finish: bool,
     saw_terminal: bool,
+    failure: Option<EndReason>,
     committed: bool,
     events: u64,
     bytes: u64,
 }
 
 impl Ingest {
-    /// Rules for a run of `format`, persisted per `commit`, dropping events over `max_event`.
-    pub fn new(format: &'static dyn Format, commit: Commit, max_event: usize) -> Self {
+    /// Rules for a run of `format` (`None`: detected from the first event), persisted per
+    /// `commit`, dropping events over `max_event`.
+    pub fn new(format: Option<&'static dyn Format>, commit: Commit, max_event: usize) -> Self {
         Ingest {
             decoder: Decoder::new(max_event),
             format,
             commit,
             decoded: Vec::new(),
+            saw_finish: false,
             saw_terminal: false,
+            failure: None,
             committed: false,
             events: 0,
             bytes: 0,
         }
+    }
+
+    /// The run's format, once known.
+    pub fn format(&self) -> Option<FormatKind> {
+        self.format.map(|f| f.kind())
     }
 
     /// Decodes one upstream read and classifies its complete events into `batch` (cleared
@@ -79,8 +89,15 @@ impl Ingest {
         for d in self.decoded.drain(..) {
             match d {
                 Decoded::Event(e) => {
-                    let ev = self.format.classify(&e);
-                    self.saw_terminal |= ev.terminal;
+                    let format = *self
+                        .format
+                        .get_or_insert_with(|| detect_from_event(&e).format());
+                    let ev = format.classify(&e);
+                    self.saw_finish |= ev.finish;
+                    self.saw_terminal |= ev.terminal && (self.saw_finish || !format.needs_finish());
+                    if self.failure.is_none() {
+                        self.failure = ev.failure;
+                    }
                     self.committed |= commits(&self.commit, &ev);
                     batch.push(ev);
                 }
@@ -107,11 +124,13 @@ impl Ingest {
     }
 
     /// Whether the run's answer was persisted, and why not. A stop or a failure is never
-    /// persisted; a clean end is persisted per the route's `commit` rule.
+    /// persisted; a clean end is persisted per the route's `commit` rule (for `eof`: the
+    /// format's terminal event arrived, after its finish marker where the format has one, and
+    /// no event said the turn failed).
     pub fn verdict(&self, ending: Ending) -> Verdict {
         let persisted = match ending {
             Ending::Clean => match self.commit {
-                Commit::Eof => self.saw_terminal,
+                Commit::Eof => self.saw_terminal && self.failure.is_none(),
                 Commit::Event { .. } => self.committed,
             },
             // `commit = event:…` counts the committing event even if the upstream then failed.
@@ -121,9 +140,10 @@ impl Ingest {
         let reason = match (persisted, ending) {
             (true, _) => None,
             (false, Ending::Stopped(r) | Ending::Failed(r)) => Some(r),
-            (false, Ending::Clean) => Some(match self.commit {
-                Commit::Eof => EndReason::NoTerminalEvent,
-                Commit::Event { .. } => EndReason::NotCommitted,
+            (false, Ending::Clean) => Some(match (&self.commit, self.failure) {
+                (Commit::Eof, Some(failure)) => failure,
+                (Commit::Eof, None) => EndReason::NoTerminalEvent,
+                (Commit::Event { .. }, _) => EndReason::NotCommitted,
             }),
         };
         Verdict { persisted, reason }

@@ -39,6 +39,12 @@ label_enum! {
         NoTerminalEvent => "no_terminal_event",
         /// `commit = "event:…"`: the upstream ended without the committing event.
         NotCommitted => "not_committed",
+        /// The upstream said the turn failed (`response.failed`).
+        ResponseFailed => "response_failed",
+        /// The upstream said the turn stopped short (`response.incomplete`).
+        ResponseIncomplete => "response_incomplete",
+        /// The upstream sent an error event (Anthropic `error`, AI SDK `error` chunk).
+        ErrorEvent => "error_event",
     }
 }
 

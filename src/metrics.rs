@@ -151,7 +151,7 @@ pub struct Metrics {
     registry: Registry,
     /// `tether_runs_active`: runs whose producer is reading the upstream.
     pub runs_active: IntGauge,
-    /// `tether_runs_started_total{route}`.
+    /// `tether_runs_started_total{route,format}`: counted once the run's format is known.
     pub runs_started: IntCounterVec,
     /// `tether_runs_finished_total{outcome}`.
     pub runs_finished: Counters<Outcome>,
@@ -186,15 +186,15 @@ pub struct Metrics {
     pub runs_unrecorded: IntCounter,
 }
 
-fn counter_vec(reg: &Registry, name: &str, help: &str, label: &str) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("valid metric definition");
+fn counter_vec(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric definition");
     reg.register(Box::new(c.clone()))
         .expect("unique metric name");
     c
 }
 
 fn counters<L: Label>(reg: &Registry, name: &str, help: &str, label: &str) -> Counters<L> {
-    let vec = counter_vec(reg, name, help, label);
+    let vec = counter_vec(reg, name, help, &[label]);
     // Export every label value from the start, at zero.
     for v in L::all() {
         vec.with_label_values(&[v.as_str()]);
@@ -251,8 +251,8 @@ impl Metrics {
             runs_started: counter_vec(
                 &r,
                 "tether_runs_started_total",
-                "Runs recorded, by route",
-                "route",
+                "Runs recorded, by route and stream format",
+                &["route", "format"],
             ),
             runs_finished: counters::<Outcome>(
                 &r,
@@ -338,11 +338,14 @@ impl Metrics {
         }
     }
 
-    /// Exports `tether_runs_started_total{route}` at zero for every route that starts runs, so a
-    /// scrape before the first turn already has the family.
+    /// Exports `tether_runs_started_total{route,format}` at zero for every route that starts
+    /// runs and every format, so a scrape before the first turn already has the family.
     pub fn seed_routes<'a>(&self, routes: impl IntoIterator<Item = &'a str>) {
         for route in routes {
-            self.runs_started.with_label_values(&[route]);
+            for format in crate::format::FormatKind::ALL {
+                self.runs_started
+                    .with_label_values(&[route, format.as_str()]);
+            }
         }
     }
 
@@ -362,12 +365,12 @@ mod tests {
     #[test]
     fn every_family_is_exported_with_bounded_labels() {
         let m = Metrics::new();
-        m.runs_started.with_label_values(&["/chat"]).inc();
+        m.runs_started.with_label_values(&["/chat", "agui"]).inc();
         m.observer_lag.observe(1.0);
         let text = m.render();
         for name in [
             "tether_runs_active",
-            "tether_runs_started_total{route=\"/chat\"} 1",
+            "tether_runs_started_total{format=\"agui\",route=\"/chat\"} 1",
             "tether_runs_finished_total{outcome=\"cancelled\"} 0",
             "tether_observers_active",
             "tether_attach_total{result=\"end_only\"} 0",

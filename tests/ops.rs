@@ -36,9 +36,11 @@ async fn a_scrape_before_the_first_turn_has_every_labelled_family_at_zero() {
     let tether = sidecar(be.addr, routes).await;
     let text = tether.metrics().await;
     for sample in [
-        "tether_runs_started_total{route=\"/chat\"} 0",
-        "tether_runs_started_total{route=\"/v2/chat\"} 0",
-        "tether_runs_started_total{route=\"/chat/live\"} 0",
+        "tether_runs_started_total{format=\"agui\",route=\"/chat\"} 0",
+        "tether_runs_started_total{format=\"agui\",route=\"/v2/chat\"} 0",
+        "tether_runs_started_total{format=\"agui\",route=\"/chat/live\"} 0",
+        "tether_runs_started_total{format=\"anthropic\",route=\"/chat\"} 0",
+        "tether_runs_started_total{format=\"ai_sdk\",route=\"/v2/chat\"} 0",
         "tether_runs_finished_total{outcome=\"persisted\"} 0",
         "tether_runs_finished_total{outcome=\"cancelled\"} 0",
         "tether_attach_total{result=\"snapshot\"} 0",
@@ -87,7 +89,7 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     assert_eq!(tether.metric("tether_observers_active").await, 0.0);
     assert_eq!(
         tether
-            .metric("tether_runs_started_total{route=\"/chat\"}")
+            .metric("tether_runs_started_total{format=\"agui\",route=\"/chat\"}")
             .await,
         1.0
     );

@@ -360,7 +360,7 @@ async fn non_sse_and_error_answers_are_relayed_unchanged_and_nothing_is_recorded
     );
     assert_eq!(
         tether
-            .metric("tether_runs_started_total{route=\"/chat\"}")
+            .metric("tether_runs_started_total{format=\"agui\",route=\"/chat\"}")
             .await,
         0.0
     );

@@ -163,3 +163,102 @@ fn the_log_shares_blocks_without_copying_and_stays_logarithmic() {
     let again = log.share();
     assert_eq!(blocks[0].as_ptr(), again[0].as_ptr());
 }
+
+/// A Responses-style delta whose `sequence_number` (before or after the delta) is last-wins.
+fn seq_delta(json: &'static str, key: &str) -> Event {
+    let j = Bytes::from_static(json.as_bytes());
+    let find = |pat: &str| {
+        let i = json.find(pat).unwrap();
+        i..i + pat.len()
+    };
+    let d = find("\"delta\":\"");
+    let delta_start = d.end;
+    let delta_end = delta_start + json[delta_start..].find('"').unwrap();
+    let seq_at = json.find("\"sequence_number\":").unwrap();
+    let value_start = seq_at + "\"sequence_number\":".len();
+    let value_end = value_start
+        + json[value_start..]
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap();
+    // One adjacent comma: the leading one when the member is not first.
+    let member = if json[..seq_at].ends_with(',') {
+        seq_at - 1..value_end
+    } else {
+        seq_at..value_end + 1
+    };
+    let mut e = Event::verbatim(j, 0..0, 0..0);
+    e.merge = Some(crate::format::Merge {
+        class: MergeClass {
+            id: 900,
+            key_optional: false,
+        },
+        key: find(key),
+        sub: 0,
+        delta: delta_start..delta_end,
+        last: Some(crate::format::LastWins {
+            member,
+            label: seq_at..value_start,
+            value: value_start..value_end,
+        }),
+    });
+    e
+}
+
+fn compact_events(events: &[Event]) -> String {
+    let mut c = Compactor::new();
+    events.iter().for_each(|e| c.push(e));
+    let mut out = BytesMut::new();
+    c.capture().write_to(&mut out);
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+#[test]
+fn a_last_wins_member_takes_the_last_merged_value_wherever_it_stood() {
+    let before = [
+        seq_delta(
+            r#"{"type":"d","sequence_number":4,"item_id":"i","delta":"He"}"#,
+            "\"i\"",
+        ),
+        seq_delta(
+            r#"{"type":"d","sequence_number":5,"item_id":"i","delta":"llo"}"#,
+            "\"i\"",
+        ),
+    ];
+    let out = compact_events(&before);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["delta"], "Hello");
+    assert_eq!(v["sequence_number"], 5);
+    assert_eq!(v["item_id"], "i");
+    let after = [
+        seq_delta(r#"{"type":"d","delta":"a","sequence_number":7}"#, "\"d\""),
+        seq_delta(r#"{"type":"d","delta":"b","sequence_number":9} "#, "\"d\""),
+        seq_delta(r#"{"type":"d","delta":"c","sequence_number":11}"#, "\"d\""),
+    ];
+    let out = compact_events(&after);
+    assert_eq!(out, r#"{"type":"d","delta":"abc","sequence_number":11}"#);
+    // A group of one keeps its own value.
+    let out = compact_events(&after[..1]);
+    assert_eq!(out, r#"{"type":"d","delta":"a","sequence_number":7}"#);
+}
+
+#[test]
+fn a_transient_event_is_left_out_and_does_not_close_the_group() {
+    let mut ping = Agui.classify(&SseEvent {
+        event: None,
+        data: Bytes::from_static(br#"{"type":"ping"}"#),
+        id: None,
+    });
+    ping.transient = true;
+    let out = compact_events(&[ev(&content("m", "a")), ping, ev(&content("m", "b"))]);
+    assert_eq!(out, content("m", "ab"));
+}
+
+#[test]
+fn deltas_with_the_same_key_but_another_sub_key_do_not_merge() {
+    let mut a = ev(&content("m", "a"));
+    let mut b = ev(&content("m", "b"));
+    a.merge.as_mut().unwrap().sub = 1;
+    b.merge.as_mut().unwrap().sub = 2;
+    let out = compact_events(&[a, b]);
+    assert_eq!(out, format!("{},{}", content("m", "a"), content("m", "b")));
+}

@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 
 use crate::error::ConfigError;
+use crate::format::FormatChoice;
 
 /// What a route does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -87,6 +88,14 @@ pub struct RouteConf {
     /// Record routes: refuse (409) a turn while the chat's run is still active.
     #[serde(default)]
     pub single_flight: bool,
+    /// The stream format: `auto` (default), `agui`, `openai_chat`, `openai_responses`,
+    /// `anthropic` or `ai_sdk`.
+    #[serde(default = "default_format")]
+    pub format: String,
+}
+
+fn default_format() -> String {
+    "auto".into()
 }
 
 fn default_chat_id() -> String {
@@ -116,6 +125,8 @@ pub struct Route {
     pub forward: bool,
     /// Record only: one active turn per chat.
     pub single_flight: bool,
+    /// How the run's events are classified.
+    pub format: FormatChoice,
 }
 
 impl FromStr for ChatIdFrom {
@@ -168,6 +179,7 @@ pub fn default_routes() -> Vec<RouteConf> {
         on_miss: OnMiss::NoContent,
         forward: false,
         single_flight: false,
+        format: default_format(),
     };
     vec![
         route(&["POST"], "/chat", RouteKind::Record),
@@ -213,6 +225,10 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         .commit
         .parse()
         .map_err(|e| ConfigError::new(key("commit"), e))?;
+    let format: FormatChoice = rc
+        .format
+        .parse()
+        .map_err(|e| ConfigError::new(key("format"), e))?;
     Ok(Route {
         methods,
         path: rc.path,
@@ -222,5 +238,6 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         on_miss: rc.on_miss,
         forward: rc.forward,
         single_flight: rc.single_flight,
+        format,
     })
 }

@@ -89,6 +89,22 @@ impl EventEncoder {
         out.put_slice(event);
         out.put_slice(b"}\n\n");
     }
+
+    /// Like [`Self::write`], for an upstream event whose SSE `event:` name differs from its JSON
+    /// `type`: the frame also carries `"event_name":<name>` after the event.
+    pub fn write_named(&self, out: &mut BytesMut, seq: u64, event: &[u8], name: &[u8]) {
+        self.write(out, seq, event);
+        out.truncate(out.len() - b"}\n\n".len());
+        out.put_slice(b",\"event_name\":");
+        write_json_str(out, &String::from_utf8_lossy(name));
+        out.put_slice(b"}\n\n");
+    }
+
+    /// The encoded size of a frame carrying `event_len` bytes of event and an `event_name` of
+    /// `name_len` bytes, at most (each name byte may take a six-byte escape).
+    pub fn max_len_named(&self, event_len: usize, name_len: usize) -> usize {
+        self.max_len(event_len) + ",\"event_name\":\"\"".len() + 6 * name_len
+    }
 }
 
 /// A `STREAM_SNAPSHOT` frame of a compacted history covering seqs up to `seq`.

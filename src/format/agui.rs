@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{one_line, wrap_raw, Event, Format, Merge, MergeClass};
+use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass};
 use crate::sse::SseEvent;
 
 /// `TEXT_MESSAGE_CONTENT`, keyed by `messageId`.
@@ -50,8 +50,15 @@ struct Fields<'a> {
 }
 
 impl Format for Agui {
-    fn name(&self) -> &'static str {
-        "agui"
+    fn kind(&self) -> FormatKind {
+        FormatKind::Agui
+    }
+
+    fn recognizes(&self, first: &SseEvent) -> bool {
+        classify_json(&one_line(&first.data)).is_some_and(|e| {
+            let ty = e.ty();
+            !ty.is_empty() && ty.iter().all(|b| b.is_ascii_uppercase() || *b == b'_')
+        })
     }
 
     fn classify(&self, sse: &SseEvent) -> Event {
@@ -78,13 +85,7 @@ fn classify_json(data: &Bytes) -> Option<Event> {
         // keep it verbatim, unclassified.
         Err(_) => {
             serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
-            return Some(Event {
-                json: data.clone(),
-                ty: 0..0,
-                name: 0..0,
-                merge: None,
-                terminal: false,
-            });
+            return Some(Event::verbatim(data.clone(), 0..0, 0..0));
         }
     };
     // Every `RawValue` was borrowed from `text`, which is `data`: its offset from `data`'s start
@@ -116,18 +117,21 @@ fn classify_json(data: &Bytes) -> Option<Event> {
             None if class.key_optional || class == THINKING_CONTENT => 0..0,
             None => return None,
         };
-        Some(Merge { class, key, delta })
+        Some(Merge {
+            class,
+            key,
+            sub: 0,
+            delta,
+            last: None,
+        })
     });
     let ty_bytes = &data[ty.clone()];
     let terminal =
         matches!(ty_bytes, b"RUN_FINISHED" | b"RUN_ERROR") || is_foreign_terminal(ty_bytes);
-    Some(Event {
-        json: data.clone(),
-        ty,
-        name,
-        merge,
-        terminal,
-    })
+    let mut event = Event::verbatim(data.clone(), ty, name);
+    event.merge = merge;
+    event.terminal = terminal;
+    Some(event)
 }
 
 fn merge_class(ty: &[u8]) -> Option<MergeClass> {

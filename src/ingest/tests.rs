@@ -4,7 +4,7 @@ use super::*;
 use crate::format::agui::Agui;
 
 fn ingest(commit: Commit) -> Ingest {
-    Ingest::new(&Agui, commit, 1024)
+    Ingest::new(Some(&Agui), commit, 1024)
 }
 
 fn feed(i: &mut Ingest, bytes: &'static [u8]) -> Vec<Event> {

@@ -75,14 +75,20 @@ impl Journal for MemoryJournal {
         let before = st.held() as isize;
         let total: usize = events
             .iter()
-            .map(|e| self.encoder.max_len(e.json.len()))
+            .map(|e| match &e.sse_name {
+                None => self.encoder.max_len(e.json.len()),
+                Some(n) => self.encoder.max_len_named(e.json.len(), n.len()),
+            })
             .sum();
         // One allocation for the whole batch; each frame is a shared slice of it.
         let mut buf = BytesMut::with_capacity(total);
         for e in events {
             st.head += 1;
             let head = st.head;
-            self.encoder.write(&mut buf, head, &e.json);
+            match &e.sse_name {
+                None => self.encoder.write(&mut buf, head, &e.json),
+                Some(n) => self.encoder.write_named(&mut buf, head, &e.json, n),
+            }
             let frame = buf.split().freeze();
             st.window_bytes += frame.len();
             st.window.push_back((frame, now));

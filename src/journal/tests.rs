@@ -67,7 +67,10 @@ fn end_reasons_read_as_their_wire_names() {
             "upstream_reset",
             "upstream_timeout",
             "no_terminal_event",
-            "not_committed"
+            "not_committed",
+            "response_failed",
+            "response_incomplete",
+            "error_event"
         ]
     );
 }

@@ -16,7 +16,6 @@ use super::Sidecar;
 use crate::auth::{Auth, Owner};
 use crate::config::Route;
 use crate::error::{ApiError, Code};
-use crate::format::agui::Agui;
 use crate::observer::Start;
 use crate::registry::{Admission, Busy, Pending};
 use crate::request::{self, RecordRequest};
@@ -114,7 +113,7 @@ impl Sidecar {
                 pending,
                 run_id,
                 route: route.path.clone(),
-                format: &Agui,
+                format: route.format,
                 commit: route.commit.clone(),
                 window: s.cfg.recorder.window,
                 max_event: s.cfg.recorder.max_event_bytes,

@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use super::{is_recordable, kind_of, Upstream};
 use crate::config::Commit;
 use crate::error::{UpstreamError, UpstreamErrorKind};
-use crate::format::{Event, Format};
+use crate::format::{detect_from_headers, Event, FormatChoice, FormatKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::journal::EndReason;
 use crate::metrics::{DropReason, Metrics};
@@ -114,8 +114,8 @@ pub struct Job {
     pub run_id: String,
     /// Route label for metrics.
     pub route: String,
-    /// The format the run's events are classified by.
-    pub format: &'static dyn Format,
+    /// The format the run's events are classified by, or `auto`.
+    pub format: FormatChoice,
     /// When the run counts as persisted.
     pub commit: Commit,
     /// Replay window size.
@@ -194,7 +194,6 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
     let guard = run.observe();
     registry.go_live(&pending, run.clone());
     drop(pending);
-    m.runs_started.with_label_values(&[&route]).inc();
     m.runs_active.inc();
     let (tee, legacy) = match legacy {
         true => {
@@ -203,22 +202,46 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         }
         false => (None, None),
     };
-    info!(
-        "run {} started: chat {:?} route {} format {}",
-        run.id(),
-        chat_id,
-        route,
-        format.name()
-    );
+    let known = match format {
+        FormatChoice::Fixed(kind) => Some(kind),
+        FormatChoice::Auto => detect_from_headers(|name| {
+            header
+                .headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        }),
+    };
+    let mut started = Started {
+        metrics: &m,
+        route: &route,
+        chat_id: &chat_id,
+        run_id: run.id(),
+        counted: false,
+    };
+    if let Some(kind) = known {
+        started.count(kind);
+    }
     let _ = head.send(Head::Live {
         run: run.clone(),
         header,
         legacy,
         guard,
     });
-    let mut ingest = Ingest::new(format, commit, max_event);
+    let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event);
     let deadline = max_duration.map(|d| tokio::time::Instant::now() + d);
-    let (ending, tee) = read(&mut s, &run, &registry, &m, deadline, &mut ingest, tee).await;
+    let (ending, tee) = read(
+        &mut s,
+        &run,
+        &registry,
+        deadline,
+        &mut ingest,
+        tee,
+        &mut started,
+    )
+    .await;
+    // A run that ended before its first event never showed its format: AG-UI, the fallback.
+    started.count(ingest.format().unwrap_or(FormatKind::Agui));
     let verdict = ingest.verdict(ending);
     let end = run.settle(verdict.persisted, verdict.reason);
     let outcome = outcome(&end, ending);
@@ -252,11 +275,12 @@ async fn read(
     s: &mut HttpSession,
     run: &Arc<Run>,
     registry: &Registry,
-    m: &Metrics,
     deadline: Option<tokio::time::Instant>,
     ingest: &mut Ingest,
     mut tee: Option<Tee>,
+    started: &mut Started<'_>,
 ) -> (Ending, Option<Tee>) {
+    let m = started.metrics;
     let mut batch: Vec<Event> = Vec::new();
     // Built once: a stop or the deadline is noticed without re-arming them per read.
     let stop = run.stop_requested();
@@ -305,6 +329,9 @@ async fn read(
         if batch.is_empty() {
             continue;
         }
+        if let Some(kind) = ingest.format() {
+            started.count(kind);
+        }
         m.upstream_events.inc_by(batch.len() as u64);
         let appended = run.append(&batch);
         registry.add_bytes(appended.bytes);
@@ -324,6 +351,35 @@ async fn read(
         );
     }
     (ending, tee)
+}
+
+/// Counts a run in `tether_runs_started_total{route,format}` and logs its start, once its format
+/// is known (at go-live when the route or the headers name it, else at its first event).
+struct Started<'a> {
+    metrics: &'a Metrics,
+    route: &'a str,
+    chat_id: &'a str,
+    run_id: &'a str,
+    counted: bool,
+}
+
+impl Started<'_> {
+    fn count(&mut self, kind: FormatKind) {
+        if std::mem::replace(&mut self.counted, true) {
+            return;
+        }
+        self.metrics
+            .runs_started
+            .with_label_values(&[self.route, kind.as_str()])
+            .inc();
+        info!(
+            "run {} started: chat {:?} route {} format {}",
+            self.run_id,
+            self.chat_id,
+            self.route,
+            kind.as_str()
+        );
+    }
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

@@ -191,3 +191,15 @@ fn the_cached_encoder_and_the_dialect_encode_the_same_bytes() {
     Protocol1.event(&mut b, "run-\"q\"", 42, br#"{"type":"X"}"#);
     assert_eq!(a, b);
 }
+
+#[test]
+fn an_event_whose_sse_name_differs_from_its_type_carries_the_name() {
+    let enc = EventEncoder::new("r");
+    let mut out = BytesMut::new();
+    enc.write_named(&mut out, 3, br#"{"type":"x"}"#, b"named \"y\"");
+    assert!(out.len() <= enc.max_len_named(12, 10));
+    assert_eq!(
+        parse(&out).1,
+        json!({"type":"STREAM_EVENT","run_id":"r","seq":3,"event":{"type":"x"},"event_name":"named \"y\""})
+    );
+}
