@@ -1,36 +1,69 @@
 //! Recorder hot paths: SSE bytes in → decoded → classified → framed into the window → compacted,
-//! against a plain copy of the same bytes; snapshot capture and serialization.
+//! against a plain copy of the same bytes, for every stream format; snapshot capture and
+//! serialization. It also prints each format's snapshot size for a 100,000-delta turn against
+//! the turn's text bytes.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tether::config::Commit;
 use tether::dialect::protocol1;
-use tether::format::agui::Agui;
-use tether::format::Event;
+use tether::format::{Event, FormatKind};
 use tether::ingest::Ingest;
 use tether::journal::memory::DEFAULT_WINDOW;
 use tether::run::Run;
 use tether::sse::{Decoded, Decoder};
 
-/// Upstream SSE bytes of `n` text deltas of `len` bytes each, cut into reads of `read` bytes.
-fn upstream(n: usize, delta_len: impl Fn(usize) -> usize, read: usize) -> Vec<Bytes> {
+/// One text delta of `format` as its upstream sends it (the `i`-th of the turn).
+fn delta_event(format: FormatKind, i: usize, delta: &str) -> String {
+    match format {
+        FormatKind::Agui => format!(
+            "data: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"{delta}\"}}\n\n"
+        ),
+        FormatKind::OpenaiChat => format!(
+            "data: {{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{delta}\"}},\"finish_reason\":null}}]}}\n\n"
+        ),
+        FormatKind::OpenaiResponses => format!(
+            "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"sequence_number\":{},\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"{delta}\",\"logprobs\":[]}}\n\n",
+            i + 4
+        ),
+        FormatKind::Anthropic => format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{delta}\"}}}}\n\n"
+        ),
+        FormatKind::AiSdk => {
+            format!("data: {{\"type\":\"text-delta\",\"id\":\"t1\",\"delta\":\"{delta}\"}}\n\n")
+        }
+    }
+}
+
+/// Upstream SSE bytes of `n` text deltas of `format`, `delta_len(i)` bytes each, cut into reads
+/// of `read` bytes. Returns the reads and the text bytes.
+fn upstream(
+    format: FormatKind,
+    n: usize,
+    delta_len: impl Fn(usize) -> usize,
+    read: usize,
+) -> (Vec<Bytes>, usize) {
     let mut all = Vec::new();
+    let mut text = 0;
     for i in 0..n {
         let delta: String = (0..delta_len(i))
             .map(|j| (b'a' + ((i + j) % 26) as u8) as char)
             .collect();
-        all.extend_from_slice(
-            format!("data: {{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"msg-1\",\"delta\":\"{delta}\"}}\n\n")
-                .as_bytes(),
-        );
+        text += delta.len();
+        all.extend_from_slice(delta_event(format, i, &delta).as_bytes());
     }
-    all.chunks(read).map(Bytes::copy_from_slice).collect()
+    (all.chunks(read).map(Bytes::copy_from_slice).collect(), text)
 }
 
 /// The whole recording path, as the producer runs it: one batch per upstream read.
 fn record(chunks: &[Bytes]) -> Run {
+    record_as(FormatKind::Agui, chunks)
+}
+
+/// [`record`] for a stream of `format`.
+fn record_as(format: FormatKind, chunks: &[Bytes]) -> Run {
     let run = Run::new("run-0123456789abcdef", DEFAULT_WINDOW);
-    let mut ingest = Ingest::new(Some(&Agui), Commit::Eof, 8 << 20);
+    let mut ingest = Ingest::new(Some(format.format()), Commit::Eof, 8 << 20);
     let mut batch: Vec<Event> = Vec::new();
     for c in chunks {
         ingest.feed(c, &mut batch);
@@ -41,7 +74,7 @@ fn record(chunks: &[Bytes]) -> Run {
 
 fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("recorder");
-    let big = upstream(10_000, |_| 1024, 16 * 1024);
+    let (big, _) = upstream(FormatKind::Agui, 10_000, |_| 1024, 16 * 1024);
     let bytes: usize = big.iter().map(Bytes::len).sum();
     g.throughput(Throughput::Bytes(bytes as u64));
     g.bench_function("append_10k_1k", |b| b.iter(|| record(&big)));
@@ -66,9 +99,29 @@ fn benches(c: &mut Criterion) {
         })
     });
 
-    let tokens = upstream(100_000, |i| 4 + i % 5, 16 * 1024);
+    let (tokens, _) = upstream(FormatKind::Agui, 100_000, |i| 4 + i % 5, 16 * 1024);
     g.throughput(Throughput::Elements(100_000));
     g.bench_function("append_100k_tokens", |b| b.iter(|| record(&tokens)));
+
+    for &format in FormatKind::ALL {
+        let name = format.as_str();
+        let (big, _) = upstream(format, 10_000, |_| 1024, 16 * 1024);
+        let bytes: usize = big.iter().map(Bytes::len).sum();
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function(format!("append_10k_1k_{name}"), |b| {
+            b.iter(|| record_as(format, &big))
+        });
+        let (tokens, text) = upstream(format, 100_000, |i| 4 + i % 5, 16 * 1024);
+        g.throughput(Throughput::Elements(100_000));
+        g.bench_function(format!("append_100k_tokens_{name}"), |b| {
+            b.iter(|| record_as(format, &tokens))
+        });
+        let snap = record_as(format, &tokens).capture().history.len();
+        println!(
+            "recorder/snapshot_size_100k_{name}: {snap} bytes for {text} text bytes ({:.3}x)",
+            snap as f64 / text as f64
+        );
+    }
 
     // Capture on a large run with many unmergeable events: cost must not grow with the run.
     let mut mixed = Vec::new();
