@@ -48,28 +48,29 @@ pub(crate) fn kind_of(e: &pingora_core::Error, connecting: bool) -> UpstreamErro
     }
 }
 
-/// Removes the hop-by-hop headers of `headers`, and those its `Connection` header names.
-fn strip_hop_by_hop<F: FnMut(&str)>(connection: Option<&str>, mut remove: F) {
-    if let Some(c) = connection {
-        c.split(',')
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .for_each(|t| remove(&t.to_ascii_lowercase()));
-    }
-    HOP_BY_HOP.iter().for_each(|h| remove(h));
+/// The hop-by-hop headers of a message with these headers: the fixed list, and the headers its
+/// `Connection` header names (lower case).
+fn hop_by_hop(headers: &http::HeaderMap) -> Vec<String> {
+    let named = headers
+        .get_all("connection")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty());
+    HOP_BY_HOP
+        .iter()
+        .map(|h| h.to_string())
+        .chain(named)
+        .collect()
 }
 
 /// An upstream response header as relayed to a client: unchanged but for hop-by-hop headers,
 /// and chunked framing when `chunked` (Pingora redoes the framing).
 pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
-    let connection = h
-        .headers
-        .get("connection")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    strip_hop_by_hop(connection.as_deref(), |name| {
-        h.remove_header(name);
-    });
+    for name in hop_by_hop(&h.headers) {
+        h.remove_header(&name);
+    }
     if chunked {
         h.remove_header("content-length");
         let _ = h.insert_header("transfer-encoding", "chunked");
@@ -187,14 +188,9 @@ fn outgoing(
         }
         h.set_uri(uri);
     }
-    let connection = req
-        .headers
-        .get("connection")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    strip_hop_by_hop(connection.as_deref(), |name| {
-        h.remove_header(name);
-    });
+    for name in hop_by_hop(&req.headers) {
+        h.remove_header(&name);
+    }
     h.insert_header("content-length", len.to_string())?;
     h.insert_header("accept-encoding", "identity")?;
     if let Some(id) = run_id {

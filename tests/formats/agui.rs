@@ -1,7 +1,5 @@
 //! AG-UI: text, reasoning and tool-argument deltas merge by id; everything else is verbatim.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -11,28 +9,13 @@ use crate::common::*;
 
 const F: FormatKind = FormatKind::Agui;
 
-/// Text, reasoning and arguments per id; every other event in order.
-#[derive(Debug, Default, PartialEq)]
-struct Agui {
-    text: BTreeMap<String, String>,
-    reasoning: BTreeMap<String, String>,
-    args: BTreeMap<String, String>,
-    others: Vec<Value>,
-}
+/// The harness's AG-UI reducer: text, reasoning and arguments per id; every other event in
+/// order.
+type Agui = crate::support::Reduced;
 
 impl Reducer for Agui {
     fn apply(&mut self, e: &Value) {
-        let id = |k: &str| e[k].as_str().unwrap_or_default().to_string();
-        match (e["type"].as_str().unwrap_or_default(), e["delta"].as_str()) {
-            ("TEXT_MESSAGE_CONTENT", Some(d)) => {
-                *self.text.entry(id("messageId")).or_default() += d
-            }
-            ("REASONING_MESSAGE_CONTENT", Some(d)) => {
-                *self.reasoning.entry(id("messageId")).or_default() += d
-            }
-            ("TOOL_CALL_ARGS", Some(d)) => *self.args.entry(id("toolCallId")).or_default() += d,
-            _ => self.others.push(e.clone()),
-        }
+        Agui::apply(self, e)
     }
 
     fn to_json(&self) -> Value {
