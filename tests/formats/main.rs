@@ -9,3 +9,4 @@ mod support;
 mod common;
 
 mod agui;
+mod ai_sdk;
