@@ -10,3 +10,4 @@ mod common;
 
 mod agui;
 mod anthropic;
+mod ai_sdk;
