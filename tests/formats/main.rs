@@ -11,3 +11,4 @@ mod common;
 mod agui;
 mod anthropic;
 mod ai_sdk;
+mod openai_responses;
