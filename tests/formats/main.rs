@@ -9,6 +9,6 @@ mod support;
 mod common;
 
 mod agui;
-mod anthropic;
 mod ai_sdk;
+mod anthropic;
 mod openai_responses;

@@ -65,7 +65,9 @@ impl Reducer for Responses {
         let index = match ty {
             "response.output_text.delta" => {
                 part(&mut self.text, content, d);
-                if let Some(l) = e["logprobs"].as_array() {
+                // An absent list and an empty one add nothing alike (a merged delta keeps the
+                // first delta's member, which may be either).
+                if let Some(l) = e["logprobs"].as_array().filter(|l| !l.is_empty()) {
                     let list = self.logprobs.entry(item.clone()).or_default();
                     list.entry(content).or_default().extend(l.iter().cloned());
                 }
