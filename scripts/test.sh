@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of tether. Installs the build prerequisites first when they are missing
 # (cmake: Pingora's zlib-ng build needs it; a C compiler for zstd), so it works on a fresh machine.
+# Then the SDK agreement checks: the official SDKs' accumulators over the golden fixtures
+# (scripts/sdk/check.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
@@ -12,4 +14,5 @@ if ((${#need[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-exec cargo test --all-targets "$@"
+cargo test --all-targets "$@"
+bash scripts/sdk/check.sh
