@@ -9,3 +9,4 @@ mod support;
 mod common;
 
 mod agui;
+mod openai_chat;
