@@ -123,12 +123,18 @@ impl<'a> Members<'a> {
     }
 
     /// Whether a key appears twice (the SDK's parser keeps the last; a merge could keep the
-    /// first).
+    /// first). Sorts the keys of a large object, so a hostile one costs `n log n`.
     fn has_duplicates(&self) -> bool {
-        self.0
-            .iter()
-            .enumerate()
-            .any(|(i, (k, _))| self.0[..i].iter().any(|(j, _)| j == k))
+        if self.0.len() <= 16 {
+            return self
+                .0
+                .iter()
+                .enumerate()
+                .any(|(i, (k, _))| self.0[..i].iter().any(|(j, _)| j == k));
+        }
+        let mut keys: Vec<&str> = self.0.iter().map(|(k, _)| *k).collect();
+        keys.sort_unstable();
+        keys.windows(2).any(|w| w[0] == w[1])
     }
 }
 
@@ -254,7 +260,7 @@ fn classify_object(data: &Bytes, top: &Members) -> Event {
     event.finish = choices
         .iter()
         .flatten()
-        .any(|c| c.get("finish_reason").is_some_and(|f| f.get() != "\"\""));
+        .any(|c| c.get("finish_reason").is_some_and(is_truthy));
     if event.finish || !top.only(CHUNK_MEMBERS) {
         return event;
     }
@@ -342,13 +348,12 @@ fn last_wins(data: &[u8], key: Range<usize>, value: Range<usize>) -> Option<Last
     if data[label_start] != b'"' {
         return None;
     }
-    let colon = value.start
-        - 1
-        - data[..value.start]
-            .iter()
-            .rev()
-            .take_while(|b| ws(b))
-            .count();
+    let gap = data[..value.start]
+        .iter()
+        .rev()
+        .take_while(|b| ws(b))
+        .count();
+    let colon = value.start.checked_sub(gap + 1)?;
     if data.get(colon) != Some(&b':') {
         return None;
     }
@@ -357,12 +362,12 @@ fn last_wins(data: &[u8], key: Range<usize>, value: Range<usize>) -> Option<Last
     let member = if data.get(after) == Some(&b',') {
         label_start..after + 1
     } else {
-        let before = label_start
-            - data[..label_start]
-                .iter()
-                .rev()
-                .take_while(|b| ws(b))
-                .count();
+        let gap = data[..label_start]
+            .iter()
+            .rev()
+            .take_while(|b| ws(b))
+            .count();
+        let before = label_start - gap;
         let comma = before.checked_sub(1)?;
         if data[comma] != b',' {
             return None;

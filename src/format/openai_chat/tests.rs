@@ -365,3 +365,16 @@ fn adjacent_deltas_of_one_field_merge_and_carry_the_last_fingerprint() {
     ];
     assert_eq!(compact(&events).len(), 3);
 }
+
+#[test]
+fn duplicates_are_found_in_large_objects_too() {
+    let mut members: Vec<String> = (0..40).map(|i| format!(r#""k{i}":null"#)).collect();
+    members.push(r#""choices":[{"index":0,"delta":{"content":"a"}}]"#.to_string());
+    let data = format!("{{{}}}", members.join(","));
+    assert_eq!(merge(&classify(&data)).class, CONTENT);
+    members.push(r#""k7":1"#.to_string());
+    let data = format!("{{{}}}", members.join(","));
+    let e = classify(&data);
+    assert!(e.merge.is_none());
+    assert_eq!(&e.json[..], data.as_bytes());
+}
