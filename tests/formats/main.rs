@@ -11,4 +11,5 @@ mod common;
 mod agui;
 mod ai_sdk;
 mod anthropic;
+mod openai_chat;
 mod openai_responses;
