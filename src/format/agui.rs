@@ -66,9 +66,7 @@ impl Format for Agui {
         if let Some(event) = classify_json(&data) {
             return event;
         }
-        let mut raw = wrap_raw(sse.event.as_deref(), &sse.data);
-        raw.terminal = is_foreign_terminal(&sse.data);
-        raw
+        wrap_raw(sse.event.as_deref(), &sse.data)
     }
 }
 
@@ -126,8 +124,7 @@ fn classify_json(data: &Bytes) -> Option<Event> {
         })
     });
     let ty_bytes = &data[ty.clone()];
-    let terminal =
-        matches!(ty_bytes, b"RUN_FINISHED" | b"RUN_ERROR") || is_foreign_terminal(ty_bytes);
+    let terminal = matches!(ty_bytes, b"RUN_FINISHED" | b"RUN_ERROR");
     let mut event = Event::verbatim(data.clone(), ty, name);
     event.merge = merge;
     event.terminal = terminal;
@@ -145,18 +142,4 @@ fn merge_class(ty: &[u8]) -> Option<MergeClass> {
         b"REASONING_MESSAGE_CHUNK" => REASONING_CHUNK,
         _ => return None,
     })
-}
-
-/// Until the other formats have their own classifiers, a stream classified as AG-UI also ends on
-/// their terminal events (`[DONE]`, `message_stop`, `response.completed|failed|incomplete`), as
-/// it always has, so such runs still persist under `commit = "eof"`.
-fn is_foreign_terminal(ty_or_data: &[u8]) -> bool {
-    matches!(
-        ty_or_data.trim_ascii(),
-        b"[DONE]"
-            | b"message_stop"
-            | b"response.completed"
-            | b"response.failed"
-            | b"response.incomplete"
-    )
 }

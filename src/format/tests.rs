@@ -61,20 +61,86 @@ fn chunks_and_thinking_may_lack_a_key() {
 }
 
 #[test]
-fn terminal_events_of_each_format() {
-    for t in [
-        "RUN_FINISHED",
-        "RUN_ERROR",
-        "message_stop",
-        "response.completed",
-    ] {
-        assert!(
-            classify(&sse(None, &format!(r#"{{"type":"{t}"}}"#))).terminal,
-            "{t}"
-        );
-    }
-    assert!(classify(&sse(None, "[DONE]")).terminal);
-    assert!(!classify(&sse(None, r#"{"type":"RUN_STARTED"}"#)).terminal);
+fn each_format_ends_on_its_own_terminal_event_only() {
+    let ends = |kind: FormatKind, data: &str, name: Option<&str>| {
+        kind.format().classify(&sse(name, data)).terminal
+    };
+    assert!(ends(FormatKind::Agui, r#"{"type":"RUN_FINISHED"}"#, None));
+    assert!(ends(
+        FormatKind::Agui,
+        r#"{"type":"RUN_ERROR","message":"x"}"#,
+        None
+    ));
+    assert!(!ends(FormatKind::Agui, r#"{"type":"RUN_STARTED"}"#, None));
+    // Other formats' terminal events are theirs: AG-UI no longer ends on them.
+    assert!(!ends(FormatKind::Agui, "[DONE]", None));
+    assert!(!ends(FormatKind::Agui, r#"{"type":"message_stop"}"#, None));
+    assert!(ends(FormatKind::OpenaiChat, "[DONE]", None));
+    assert!(ends(FormatKind::AiSdk, "[DONE]", None));
+    assert!(ends(
+        FormatKind::Anthropic,
+        r#"{"type":"message_stop"}"#,
+        Some("message_stop")
+    ));
+    assert!(ends(
+        FormatKind::OpenaiResponses,
+        r#"{"type":"response.completed","sequence_number":9,"response":{}}"#,
+        Some("response.completed")
+    ));
+}
+
+#[test]
+fn auto_detection_tells_the_formats_apart_by_their_first_event() {
+    let first = |name: Option<&str>, data: &str| detect_from_event(&sse(name, data));
+    assert_eq!(
+        first(None, r#"{"type":"RUN_STARTED","threadId":"t","runId":"r"}"#),
+        FormatKind::Agui
+    );
+    assert_eq!(
+        first(
+            None,
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[]}"#
+        ),
+        FormatKind::OpenaiChat
+    );
+    assert_eq!(
+        first(
+            Some("response.created"),
+            r#"{"type":"response.created","sequence_number":0,"response":{"id":"resp_1"}}"#
+        ),
+        FormatKind::OpenaiResponses
+    );
+    assert_eq!(
+        first(
+            Some("message_start"),
+            r#"{"type":"message_start","message":{"id":"msg_1","role":"assistant","content":[]}}"#
+        ),
+        FormatKind::Anthropic
+    );
+    assert_eq!(
+        first(None, r#"{"type":"start","messageId":"m"}"#),
+        FormatKind::AiSdk
+    );
+    // Anything else falls back to AG-UI, which keeps it verbatim.
+    assert_eq!(first(None, "hello"), FormatKind::Agui);
+    assert_eq!(
+        detect_from_headers(|h| (h == "x-vercel-ai-ui-message-stream").then(|| "v1".into())),
+        Some(FormatKind::AiSdk)
+    );
+    assert_eq!(detect_from_headers(|_| None), None);
+}
+
+#[test]
+fn route_format_settings_parse() {
+    assert_eq!("auto".parse(), Ok(FormatChoice::Auto));
+    assert_eq!(
+        "anthropic".parse(),
+        Ok(FormatChoice::Fixed(FormatKind::Anthropic))
+    );
+    assert!("openai"
+        .parse::<FormatChoice>()
+        .unwrap_err()
+        .contains("openai_chat"));
 }
 
 #[test]
