@@ -749,6 +749,8 @@ export class Turn {
           this.resetPending = false;
           this.emit(this.resetListeners, [], { run_id: f.run_id, seq: this.seq });
         }
+        // The catch-up reached the end: it was live up to here.
+        if (this._state === "synchronizing") this.setState("live");
         const end = asEnd(f);
         if (end.superseded && end.next_run_id && this.opts.followSuperseded) {
           return { kind: "follow", next: end.next_run_id };

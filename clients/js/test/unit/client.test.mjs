@@ -165,6 +165,8 @@ describe("a dropped connection", () => {
     await turn.done;
     assert.deepEqual(cursorOf(calls[1]), { run_id: RUN, after_seq: 9 });
     assert.deepEqual(reduce(w.events), golden("record").state);
+    // The whole replay and its end came in one read: caught up (live), then ended.
+    assert.deepEqual(w.states.slice(-4), ["reconnecting", "synchronizing", "live", "ended"]);
     assertOrdered(assert, w);
   });
 
