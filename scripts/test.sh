@@ -1,18 +1,47 @@
 #!/usr/bin/env bash
-# Runs every test of tether. Installs the build prerequisites first when they are missing
-# (cmake: Pingora's zlib-ng build needs it; a C compiler for zstd), so it works on a fresh machine.
-# Then the SDK agreement checks: the official SDKs' accumulators over the golden fixtures
-# (scripts/sdk/check.sh installs them).
+# Runs every test of tether: cargo's (unit, property, integration), the SDK agreement checks (the
+# official SDKs' stream accumulators over the golden fixtures, scripts/sdk/check.sh), then the
+# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page in a
+# real browser (Debian's Chromium driven by playwright-core, clients/js/test/browser) against the
+# debug `tether` binary.
+# Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
+# zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
+# npm packages (`npm ci`), the Python and npm SDKs of the checks. Extra arguments go to
+# `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_updated=""
+apt_install() {
+  echo "installing: $*"
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
+
 need=()
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v cc >/dev/null 2>&1 || need+=(build-essential)
-if ((${#need[@]})); then
-  echo "installing build prerequisites: ${need[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
+if ((${#need[@]})); then apt_install "${need[@]}"; fi
+
+# 1. Rust: unit, property and integration tests; the SDK agreement checks; then the binary the
+#    browser test starts.
 cargo test --all-targets "$@"
 bash scripts/sdk/check.sh
+cargo build --bin tether
+target="${CARGO_TARGET_DIR:-target}"
+case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
+
+# 2. The browser client: its dev dependencies (typescript, playwright-core) from the lockfile,
+#    then its unit tests (golden protocol-1 streams; dist/ must be the build of src/).
+cd clients/js
+npm ci --no-audit --no-fund --loglevel=error
+node --test test/unit/*.test.mjs
+
+# 3. The demo page in Chromium against target/debug/tether in demo mode (free ports, stopped by
+#    PID at the end). Screenshots go to target/browser-artifacts/.
+TETHER_BIN="$target/debug/tether" TETHER_ARTIFACTS="$target/browser-artifacts" \
+  node --test test/browser/*.test.mjs
+echo "browser screenshots: $target/browser-artifacts/"

@@ -29,6 +29,9 @@ pub struct Config {
     pub upstream: Option<String>,
     /// Admin listen address.
     pub admin: SocketAddr,
+    /// Serve the browser client (`GET /_tether/client.js`) and, in demo mode, the demo page
+    /// (`GET /`).
+    pub serve_client: bool,
     /// The `[server]` table.
     pub server: Server,
     /// The `[upstream]` table.
@@ -85,6 +88,9 @@ impl Config {
         }
         if let Some(v) = flags.drain_timeout {
             file.server.drain_timeout = Dur(v);
+        }
+        if let Some(v) = flags.serve_client {
+            file.server.serve_client = Some(v);
         }
         if let Some(v) = flags.abandon_after {
             file.limits.abandon_after = Dur(v);
@@ -165,10 +171,12 @@ impl File {
         for (i, rc) in confs.into_iter().enumerate() {
             routes.push(route::check(i, rc)?);
         }
+        let serve_client = self.server.serve_client.unwrap_or(upstream.is_none());
         Ok(Config {
             listen,
             upstream,
             admin,
+            serve_client,
             server: self.server,
             upstream_opts: self.upstream,
             recorder: self.recorder,

@@ -37,14 +37,25 @@ fn banner(h: &tether::server::Handle) {
         "tether on http://{p}  (admin http://{}/metrics)",
         h.admin_addr
     );
+    let serve_client = h.shared.cfg.serve_client;
     if let Some((demo, _)) = &h.demo {
         println!("no --upstream given: serving the embedded demo backend on http://{demo}\n");
+        if serve_client {
+            println!("# the demo chat in a browser (reload it mid-turn, or open a second tab: the turn resumes):");
+            println!("http://{p}/\n");
+        }
         println!("# a turn, recorded as it streams (protocol 1):");
         println!("curl -N http://{p}/chat -d '{{\"chat_id\":\"c1\",\"protocol\":1}}'\n");
         println!("# kill the client mid-turn (the backend keeps going):");
         println!("timeout 1 curl -N 'http://{p}/chat?pace_ms=200' -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
         println!("# recover: snapshot of what was missed, the live tail, then STREAM_END:");
         println!("curl -N http://{p}/chat/live -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
+    }
+    if serve_client {
+        println!(
+            "browser client: import {{ TetherClient }} from \"http://{p}{}\"",
+            tether::proxy::CLIENT_PATH
+        );
     }
 }
 

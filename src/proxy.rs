@@ -1,8 +1,10 @@
 //! The Pingora `ProxyHttp` adapter: matches a route and hands the request to the record, attach
 //! or control handlers (`proxy/record.rs`, `proxy/attach.rs`, `proxy/control.rs`), or to
 //! Pingora's own streaming pass-through. What the handlers do with a session is in
-//! `proxy/session.rs`.
+//! `proxy/session.rs`; the files tether serves itself (the browser client, the demo page) are in
+//! `proxy/assets.rs`.
 
+mod assets;
 mod attach;
 mod control;
 mod record;
@@ -20,6 +22,7 @@ use pingora_proxy::{ProxyHttp, Session};
 use crate::auth::Owner;
 use crate::config::{Route, RouteKind};
 use crate::error::{ApiError, Code};
+pub use assets::CLIENT_PATH;
 use session::finish;
 pub use shared::Shared;
 
@@ -73,9 +76,10 @@ impl ProxyHttp for Sidecar {
     /// compressor), so it adds none and saves their work on every body write.
     fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
 
-    /// Runs after the request header is read. Record, attach and control routes are answered
-    /// here in full (returns `true`); pass-through routes return `false` and continue to
-    /// [`Self::upstream_peer`]. Default (not overridden): `Ok(false)`.
+    /// Runs after the request header is read. Embedded files (the browser client, the demo
+    /// page), record, attach and control routes are answered here in full (returns `true`);
+    /// pass-through routes return `false` and continue to [`Self::upstream_peer`]. Default (not
+    /// overridden): `Ok(false)`.
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
         let max = self.shared.cfg.limits.max_header_bytes;
         if header_bytes(session.req_header()) > max {
@@ -84,6 +88,9 @@ impl ProxyHttp for Sidecar {
                 format!("the request headers are over {max} bytes"),
             );
             return finish(session, Err(e)).await;
+        }
+        if let Some(file) = assets::answer(&self.shared.cfg, session.req_header()) {
+            return finish(session, Ok(file)).await;
         }
         let Some(route) = match_route(&self.shared.cfg.routes, session.req_header()).cloned()
         else {

@@ -267,3 +267,55 @@ fn json_log_format_writes_one_json_object_per_line() {
     );
     assert!(v["ts"].is_string() && v["target"].is_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_browser_client_and_the_demo_page_are_served_in_demo_mode_by_default() {
+    let demo = demo_sidecar(DemoOptions::default()).await;
+    let mut js = request(demo.addr, "GET", "/_tether/client.js", &[], b"").await;
+    assert_eq!(js.status, 200);
+    assert_eq!(
+        js.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    let etag = js.header("etag").expect("an etag").to_string();
+    let body = js.body_to_end().await;
+    let code = std::str::from_utf8(&body).unwrap();
+    assert!(code.contains("export class TetherClient"), "{code:.200}");
+    let again = request(
+        demo.addr,
+        "GET",
+        "/_tether/client.js",
+        &[("if-none-match", &etag)],
+        b"",
+    )
+    .await;
+    assert_eq!(again.status, 304);
+
+    let mut page = request(demo.addr, "GET", "/?chat=c1", &[], b"").await;
+    assert_eq!(page.status, 200);
+    assert_eq!(
+        page.header("content-type"),
+        Some("text/html; charset=utf-8")
+    );
+    let html = page.body_to_end().await;
+    let html = std::str::from_utf8(&html).unwrap();
+    assert!(html.contains(r#"from "/_tether/client.js""#));
+    let head = request(demo.addr, "HEAD", "/", &[], b"").await;
+    assert_eq!(head.status, 200);
+    assert_eq!(
+        head.header("content-length"),
+        Some(html.len().to_string().as_str())
+    );
+
+    // In front of a backend: off unless asked; the demo page never (`/` is the backend's).
+    let be = backend(|_| fixed_answer(404, "text/plain", "the backend's 404")).await;
+    let plain = sidecar(be.addr, "").await;
+    let r = request(plain.addr, "GET", "/_tether/client.js", &[], b"").await;
+    assert_eq!(r.status, 404);
+    let on = sidecar(be.addr, "[server]\nserve_client = true\n").await;
+    let r = request(on.addr, "GET", "/_tether/client.js", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let mut r = request(on.addr, "GET", "/", &[], b"").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(&r.body_to_end().await[..], b"the backend's 404");
+}

@@ -40,6 +40,9 @@ pub struct Server {
     pub write_timeout: Dur,
     /// On SIGTERM, how long live runs may keep going before the process exits.
     pub drain_timeout: Dur,
+    /// Serve the browser client at `GET /_tether/client.js` (and, in demo mode, the demo page at
+    /// `GET /`); unset: on in demo mode only.
+    pub serve_client: Option<bool>,
 }
 
 impl Default for Server {
@@ -52,6 +55,7 @@ impl Default for Server {
             heartbeat: Dur(Duration::from_secs(15)),
             write_timeout: Dur(Duration::from_secs(30)),
             drain_timeout: Dur(Duration::from_secs(300)),
+            serve_client: None,
         }
     }
 }

@@ -68,6 +68,11 @@ pub struct Flags {
     /// Stop a run no client has watched for this long, e.g. 10m [default: off].
     #[arg(long, env = "TETHER_ABANDON_AFTER", value_parser = duration)]
     pub abandon_after: Option<Duration>,
+    /// Serve the browser client at /_tether/client.js (and the demo page at / in demo mode):
+    /// true or false [default: true without --upstream, else false].
+    #[arg(long, env = "TETHER_SERVE_CLIENT", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub serve_client: Option<bool>,
     /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
     #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
     pub auth_subject: Option<Subject>,

@@ -125,3 +125,26 @@ fn prefixed_settings_share_one_grammar_in_file_and_flags() {
     let f = Flags::try_parse_from(["tether", "--demo-pace", "1h 30m"]).unwrap();
     assert_eq!(f.demo_pace, Duration::from_secs(5400));
 }
+
+#[test]
+fn the_browser_client_is_served_in_demo_mode_unless_told_otherwise() {
+    let load = |toml: &str, args: &[&str]| {
+        let argv = std::iter::once("tether").chain(args.iter().copied());
+        Config::from_parts(parse_file(toml).unwrap(), &Flags::parse_from(argv))
+            .unwrap()
+            .serve_client
+    };
+    let up = ["--upstream", "127.0.0.1:9"];
+    assert!(load("", &[]), "demo mode: on by default");
+    assert!(!load("", &up), "in front of a backend: off by default");
+    assert!(load("[server]\nserve_client = true\n", &up));
+    assert!(!load("[server]\nserve_client = false\n", &[]));
+    assert!(load("", &["--serve-client", "--upstream", "127.0.0.1:9"]));
+    assert!(!load("", &["--serve-client=false"]));
+    assert!(!load(
+        "[server]\nserve_client = true\n",
+        &["--serve-client", "no"]
+    ));
+    let e = Flags::try_parse_from(["tether", "--serve-client=maybe"]).unwrap_err();
+    assert!(e.to_string().contains("--serve-client"), "{e}");
+}

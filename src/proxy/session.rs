@@ -27,6 +27,22 @@ pub(crate) enum Reply {
     Abort,
     /// Answer with this status and JSON body (`None`: no body).
     Json(u16, Option<serde_json::Value>),
+    /// Answer with a whole file of another type.
+    File(FileReply),
+}
+
+/// A whole answer that is not JSON: an embedded file, or its `304`.
+pub(crate) struct FileReply {
+    /// `200`, or `304` when the client's copy is current.
+    pub status: u16,
+    /// The `content-type`.
+    pub content_type: &'static str,
+    /// The file's entity tag, quoted.
+    pub etag: &'static str,
+    /// The file's bytes (sent with a `200` to a `GET`).
+    pub body: Bytes,
+    /// A `HEAD` request: the headers only.
+    pub head: bool,
 }
 
 /// What a handler returns: a reply, or an error answer.
@@ -42,6 +58,9 @@ pub(crate) async fn finish(session: &mut Session, r: Handled) -> Result<bool> {
         }
         Ok(Reply::Json(status, body)) => {
             let _ = respond(session, status, body.map(|b| Bytes::from(b.to_string()))).await;
+        }
+        Ok(Reply::File(f)) => {
+            let _ = respond_file(session, f).await;
         }
         Err(e) => {
             let _ = respond(session, e.status(), Some(e.body())).await;
@@ -66,6 +85,27 @@ async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Res
         .await?;
     if let Some(b) = body {
         session.write_response_body(Some(b), true).await?;
+    }
+    Ok(())
+}
+
+/// Writes a whole file answer: no body for a `304` or a `HEAD`, `content-length` as for a `GET`.
+async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
+    let mut h = ResponseHeader::build(f.status, Some(5))?;
+    h.insert_header("etag", f.etag)?;
+    // Revalidate every time: a new tether build serves a new client at the same path.
+    h.insert_header("cache-control", "no-cache")?;
+    h.insert_header("x-content-type-options", "nosniff")?;
+    let send_body = f.status == 200 && !f.head;
+    if f.status == 200 {
+        h.insert_header("content-type", f.content_type)?;
+        h.insert_header("content-length", f.body.len().to_string())?;
+    }
+    session
+        .write_response_header(Box::new(h), !send_body)
+        .await?;
+    if send_body {
+        session.write_response_body(Some(f.body), true).await?;
     }
     Ok(())
 }
