@@ -18,11 +18,11 @@ import type { StreamEnd, TetherClientOptions, Turn } from "./tether-client.js";
 export interface TetherAgentConfig extends HttpAgentConfig {
     /** The record route, e.g. `https://chat.example.com/chat` (tether's `POST /chat`). */
     url: string;
-    /** The attach route. Default: `url` + `/live`. */
+    /** The attach route. Default: `url`'s path + `/live`. */
     liveUrl?: string;
-    /** The stop route. Default: `url` + `/stop`. */
+    /** The stop route. Default: `url`'s path + `/stop`. */
     stopUrl?: string;
-    /** The status route. Default: `url` + `/run`. */
+    /** The status route. Default: `url`'s path + `/run`. */
     statusUrl?: string;
     /** The body field that carries the chat id (the thread id). Default `chat_id`. */
     chatIdField?: string;

@@ -100,7 +100,8 @@ export class TetherAgent extends HttpAgent {
         this.turn = null;
         /** The last run's `STREAM_END` (`null` before one, or when the run was not recorded to its end). */
         this.lastEnd = null;
-        const base = config.url.replace(/\/+$/, "");
+        // The other routes sit under the record route's path (its query, for the backend, is left out).
+        const base = config.url.split("?")[0].replace(/\/+$/, "");
         this.liveUrl = config.liveUrl ?? `${base}/live`;
         this.stopUrl = config.stopUrl ?? `${base}/stop`;
         this.statusUrl = config.statusUrl ?? `${base}/run`;

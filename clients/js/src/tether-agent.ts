@@ -21,11 +21,11 @@ import type { StreamEnd, TetherClientOptions, Turn, UpstreamEvent } from "./teth
 export interface TetherAgentConfig extends HttpAgentConfig {
   /** The record route, e.g. `https://chat.example.com/chat` (tether's `POST /chat`). */
   url: string;
-  /** The attach route. Default: `url` + `/live`. */
+  /** The attach route. Default: `url`'s path + `/live`. */
   liveUrl?: string;
-  /** The stop route. Default: `url` + `/stop`. */
+  /** The stop route. Default: `url`'s path + `/stop`. */
   stopUrl?: string;
-  /** The status route. Default: `url` + `/run`. */
+  /** The status route. Default: `url`'s path + `/run`. */
   statusUrl?: string;
   /** The body field that carries the chat id (the thread id). Default `chat_id`. */
   chatIdField?: string;
@@ -135,7 +135,8 @@ export class TetherAgent extends HttpAgent {
   /** An agent; see {@link TetherAgentConfig}. */
   constructor(config: TetherAgentConfig) {
     super(config);
-    const base = config.url.replace(/\/+$/, "");
+    // The other routes sit under the record route's path (its query, for the backend, is left out).
+    const base = config.url.split("?")[0].replace(/\/+$/, "");
     this.liveUrl = config.liveUrl ?? `${base}/live`;
     this.stopUrl = config.stopUrl ?? `${base}/stop`;
     this.statusUrl = config.statusUrl ?? `${base}/run`;
