@@ -225,6 +225,33 @@ impl Event {
     }
 }
 
+/// Where values that serde_json borrowed from one event's bytes sit in those bytes: every
+/// `&RawValue` a format deserializes from the event's text points into it, so its offset from the
+/// text's start is its span.
+#[derive(Debug, Clone, Copy)]
+pub struct Spans<'d> {
+    data: &'d [u8],
+}
+
+impl<'d> Spans<'d> {
+    /// Spans in `data`, the text the values were borrowed from.
+    pub fn new(data: &'d [u8]) -> Self {
+        Spans { data }
+    }
+
+    /// The span of a borrowed value (`None` when absent, or not borrowed from `data`).
+    pub fn of(&self, raw: Option<&serde_json::value::RawValue>) -> Option<Range<usize>> {
+        let s = raw?.get();
+        let off = (s.as_ptr() as usize).checked_sub(self.data.as_ptr() as usize)?;
+        (off + s.len() <= self.data.len()).then_some(off..off + s.len())
+    }
+
+    /// The contents of the string literal at `r` (inside its quotes); `None` for other values.
+    pub fn string(&self, r: Range<usize>) -> Option<Range<usize>> {
+        (r.len() >= 2 && self.data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
+    }
+}
+
 /// A stream format: classifies one SSE event of its streams.
 pub trait Format: Send + Sync + Debug {
     /// The format's kind (its configured name, its metric label).

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass};
+use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass, Spans};
 use crate::sse::SseEvent;
 
 /// `TEXT_MESSAGE_CONTENT`, keyed by `messageId`.
@@ -86,19 +86,9 @@ fn classify_json(data: &Bytes) -> Option<Event> {
             return Some(Event::verbatim(data.clone(), 0..0, 0..0));
         }
     };
-    // Every `RawValue` was borrowed from `text`, which is `data`: its offset from `data`'s start
-    // is its span in the event's own bytes.
-    let base = data.as_ptr() as usize;
-    let span = |raw: Option<&RawValue>| -> Option<Range<usize>> {
-        let s = raw?.get();
-        let off = s.as_ptr() as usize - base;
-        debug_assert!(off + s.len() <= data.len());
-        Some(off..off + s.len())
-    };
-    // The contents of a string literal: inside the quotes.
-    let inner = |r: Range<usize>| -> Option<Range<usize>> {
-        (r.len() >= 2 && data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
-    };
+    let spans = Spans::new(data);
+    let span = |raw: Option<&RawValue>| spans.of(raw);
+    let inner = |r: Range<usize>| spans.string(r);
     let ty = span(fields.ty).and_then(inner).unwrap_or(0..0);
     let name = span(fields.name).and_then(inner).unwrap_or(0..0);
     let merge = merge_class(&data[ty.clone()]).and_then(|class| {

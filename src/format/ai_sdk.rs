@@ -20,7 +20,7 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass};
+use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass, Spans};
 use crate::journal::EndReason;
 use crate::sse::SseEvent;
 
@@ -200,18 +200,14 @@ fn parse(data: &Bytes) -> Option<(Event, Members<'_>)> {
     Some((Event::verbatim(data.clone(), ty, 0..0), members))
 }
 
-/// The span of a borrowed member value in `data`: every `RawValue` was borrowed from `data`'s
-/// own text, so its offset from `data`'s start is its place in the event's bytes.
+/// The span of a borrowed member value in `data` (see [`Spans`]).
 fn span(data: &Bytes, raw: Option<&RawValue>) -> Option<Range<usize>> {
-    let s = raw?.get();
-    let off = (s.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-    (off + s.len() <= data.len()).then_some(off..off + s.len())
+    Spans::new(data).of(raw)
 }
 
 /// The contents of a string literal's span: inside the quotes. `None` for other values.
 fn inner(data: &[u8], r: Option<Range<usize>>) -> Option<Range<usize>> {
-    let r = r?;
-    (r.len() >= 2 && data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
+    Spans::new(data).string(r?)
 }
 
 /// Sets the merge, finish and failure of a parsed chunk.

@@ -88,7 +88,7 @@ impl Format for Anthropic {
 }
 
 /// Spans found by the one borrowing pass over an event's JSON object.
-struct Spans {
+struct Found {
     /// `message` (of `message_start`).
     message: Option<Range<usize>>,
     /// `error` (of `error`).
@@ -97,7 +97,7 @@ struct Spans {
 
 /// Classifies a JSON object event in one borrowing pass; `None` when `data` is not a JSON object
 /// the pass can take.
-fn parse(data: &Bytes) -> Option<(Event, Spans)> {
+fn parse(data: &Bytes) -> Option<(Event, Found)> {
     let start = data.iter().position(|b| !b.is_ascii_whitespace())?;
     if data[start] != b'{' {
         return None;
@@ -105,19 +105,9 @@ fn parse(data: &Bytes) -> Option<(Event, Spans)> {
     // Validating UTF-8 up front lets serde_json skip it, and covers the members it ignores.
     let text = std::str::from_utf8(data).ok()?;
     let top: Top = serde_json::from_str(text).ok()?;
-    // Every `RawValue` was borrowed from `text`, which is `data`: its offset from `data`'s start
-    // is its span in the event's own bytes.
-    let base = data.as_ptr() as usize;
-    let span = |raw: Option<&RawValue>| -> Option<Range<usize>> {
-        let s = raw?.get();
-        let off = s.as_ptr() as usize - base;
-        debug_assert!(off + s.len() <= data.len());
-        Some(off..off + s.len())
-    };
-    // The contents of a string literal: inside the quotes.
-    let inner = |r: Range<usize>| -> Option<Range<usize>> {
-        (r.len() >= 2 && data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
-    };
+    let spans = super::Spans::new(data);
+    let span = |raw: Option<&RawValue>| spans.of(raw);
+    let inner = |r: Range<usize>| spans.string(r);
     let ty = span(top.ty).and_then(inner).unwrap_or(0..0);
     let merge = (&data[ty.clone()] == b"content_block_delta" && !top.others)
         .then_some(())
@@ -153,13 +143,13 @@ fn parse(data: &Bytes) -> Option<(Event, Spans)> {
                 last: None,
             })
         });
-    let spans = Spans {
+    let found = Found {
         message: span(top.message),
         error: span(top.error),
     };
     let mut event = Event::verbatim(data.clone(), ty, 0..0);
     event.merge = merge;
-    Some((event, spans))
+    Some((event, found))
 }
 
 /// The top-level members of an event, borrowed; `others` is set when it has any member besides

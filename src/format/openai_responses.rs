@@ -25,7 +25,7 @@ use bytes::Bytes;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use super::{one_line, wrap_raw, Event, Format, FormatKind, LastWins, Merge, MergeClass};
+use super::{one_line, wrap_raw, Event, Format, FormatKind, LastWins, Merge, MergeClass, Spans};
 use crate::journal::EndReason;
 use crate::sse::SseEvent;
 
@@ -226,20 +226,11 @@ fn string_contents(raw: &str) -> Option<&[u8]> {
 }
 
 fn classify_json(data: &Bytes) -> Option<Event> {
-    let (fields, text) = read(data)?;
-    // Every `RawValue` was borrowed from `text`, which is `data`: its offset from `data`'s start
-    // is its span in the event's own bytes.
-    let base = text.as_ptr() as usize;
-    let span = |raw: Option<&RawValue>| -> Option<Range<usize>> {
-        let s = raw?.get();
-        let off = s.as_ptr() as usize - base;
-        debug_assert!(off + s.len() <= data.len());
-        Some(off..off + s.len())
-    };
-    // The contents of a string literal: inside the quotes.
-    let inner = |r: Range<usize>| -> Option<Range<usize>> {
-        (r.len() >= 2 && data[r.start] == b'"').then(|| r.start + 1..r.end - 1)
-    };
+    // `read` borrowed every value from `data`'s own text.
+    let (fields, _) = read(data)?;
+    let spans = Spans::new(data);
+    let span = |raw: Option<&RawValue>| spans.of(raw);
+    let inner = |r: Range<usize>| spans.string(r);
     let ty = span(fields.ty).and_then(inner).unwrap_or(0..0);
     let mut event = Event::verbatim(data.clone(), ty.clone(), 0..0);
     match &data[ty.clone()] {
