@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of tether: cargo's (unit, property, integration), the SDK agreement checks (the
 # official SDKs' stream accumulators over the golden fixtures, scripts/sdk/check.sh), then the
-# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page in a
-# real browser (Debian's Chromium driven by playwright-core, clients/js/test/browser) against the
-# debug `tether` binary.
+# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page and
+# the AG-UI agent in a real browser (Debian's Chromium driven by playwright-core,
+# clients/js/test/browser) against the debug `tether` binary.
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
 # npm packages (`npm ci`), the Python and npm SDKs of the checks. Extra arguments go to
@@ -34,14 +34,15 @@ cargo build --bin tether
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 
-# 2. The browser client: its dev dependencies (typescript, playwright-core) from the lockfile,
-#    then its unit tests (golden protocol-1 streams; dist/ must be the build of src/).
+# 2. The browser client: its dev dependencies (typescript, playwright-core, esbuild) from the
+#    lockfile, then its unit tests (golden protocol-1 streams; dist/ must be the build of src/).
 cd clients/js
 npm ci --no-audit --no-fund --loglevel=error
 node --test test/unit/*.test.mjs
 
-# 3. The demo page in Chromium against target/debug/tether in demo mode (free ports, stopped by
-#    PID at the end). Screenshots go to target/browser-artifacts/.
+# 3. The demo page, and the AG-UI agent in a page script bundled with esbuild, in Chromium against
+#    target/debug/tether in demo mode (free ports, stopped by PID at the end). Screenshots go to
+#    target/browser-artifacts/.
 TETHER_BIN="$target/debug/tether" TETHER_ARTIFACTS="$target/browser-artifacts" \
   node --test test/browser/*.test.mjs
 echo "browser screenshots: $target/browser-artifacts/"
