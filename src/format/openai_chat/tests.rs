@@ -378,3 +378,71 @@ fn duplicates_are_found_in_large_objects_too() {
     assert!(e.merge.is_none());
     assert_eq!(&e.json[..], data.as_bytes());
 }
+
+#[test]
+fn a_nested_value_serde_cannot_visit_spoils_only_its_own_level() {
+    // `1e400` (beyond `f64`) and a lone surrogate are valid JSON that `&RawValue` accepts but
+    // `deserialize_any` rejects: where the one pass meets them in a nested object's place, the
+    // event is read level by level, as if each level were parsed on its own.
+    for bad in ["1e400", r#""\ud800""#] {
+        let e = classify(&format!(r#"{{"choices":{bad},"error":{{"message":"x"}}}}"#));
+        assert_eq!(e.failure, Some(EndReason::ErrorEvent), "{bad}");
+        let e = classify(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{bad},"finish_reason":"stop"}}]}}"#
+        ));
+        assert!(e.finish && e.merge.is_none(), "{bad}");
+        let e = classify(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"a"}}}},{bad}]}}"#
+        ));
+        assert!(!e.finish && e.merge.is_none(), "{bad}");
+        let e = classify(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"a"}}}},{{"index":1,"delta":{{"tool_calls":[{bad}]}},"finish_reason":"stop"}}]}}"#
+        ));
+        assert!(e.finish && e.merge.is_none(), "{bad}");
+        // As a leaf or an unknown member, it is only borrowed: the chunk still merges.
+        let e = classify(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"a","x":null}},"y":null}}],"z":null,"id":{bad}}}"#
+        ));
+        assert_eq!(merge(&e).class, CONTENT, "{bad}");
+        let e = classify(&format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"content":"a","x":{bad}}}}}]}}"#
+        ));
+        assert!(e.merge.is_none(), "{bad}");
+        assert!(OpenaiChat.recognizes(&sse(
+            None,
+            &format!(r#"{{"choices":[{{"index":0,"delta":{bad}}}]}}"#)
+        )));
+    }
+    // A lone surrogate in a nested key spoils that level only; at the top, the whole event.
+    let e = classify(r#"{"choices":[{"index":0,"delta":{"\ud800":1},"finish_reason":"stop"}]}"#);
+    assert!(e.finish);
+    let e = classify(r#"{"\ud800":1,"error":{"message":"x"}}"#);
+    assert!(e.failure.is_none() && e.ty().is_empty());
+    assert_eq!(classify(r#"{"\ud800":1,"#).ty(), b"RAW");
+}
+
+#[test]
+fn escaped_or_repeated_keys_spoil_only_their_own_level() {
+    for choice in [
+        r#"{"index":0,"delta":{"cont\u0065nt":"a"}}"#,
+        r#"{"index":0,"delta":{"content":"a","content":"b"}}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"a","arguments":"b"}}]}}"#,
+        r#"{"index":0,"delta":{"tool_calls":[{"ind\u0065x":0,"function":{"arguments":"a"}}]}}"#,
+        r#"{"index":0,"index":0,"delta":{"content":"a"}}"#,
+    ] {
+        let e = classify(&chunk(choice));
+        assert!(
+            e.merge.is_none() && !e.finish && e.ty().is_empty(),
+            "{choice}"
+        );
+    }
+    // A repeated key in a choice's delta leaves its finish_reason read; in the choice, not.
+    let e = classify(&chunk(
+        r#"{"index":0,"delta":{"content":"a","content":"b"},"finish_reason":"stop"}"#,
+    ));
+    assert!(e.finish);
+    let e = classify(&chunk(
+        r#"{"index":0,"delta":{},"finish_reason":"stop","finish_reason":"stop"}"#,
+    ));
+    assert!(!e.finish);
+}
