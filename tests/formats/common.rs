@@ -210,6 +210,12 @@ pub async fn kill_and_recover<R: Reducer>(
         1,
         "exactly one end"
     );
+    // The run was counted under the format it was detected as.
+    let started = format!(
+        "tether_runs_started_total{{format=\"{}\",route=\"/chat\"}}",
+        format.as_str()
+    );
+    assert_eq!(tether.metric(&started).await, 1.0, "{started}");
     let snapshot = &frames[0];
     assert_eq!(snapshot.ty(), "STREAM_SNAPSHOT");
     let snap_events = snapshot.json["events"].as_array().unwrap();
