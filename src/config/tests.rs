@@ -95,7 +95,7 @@ fn auth_subject_forms() {
 fn commit_and_chat_id_forms() {
     let text = "[[routes]]\nmethods=[\"post\"]\npath=\"/x\"\nkind=\"record\"\nchat_id=\"header:X-Chat\"\ncommit=\"event:CUSTOM:persisted\"\n";
     let c = parse_file(text).unwrap().validate().unwrap();
-    assert_eq!(c.routes[0].chat_id, ChatIdFrom::Header("x-chat".into()));
+    assert_eq!(c.routes[0].chat_id, KeySource::Header("x-chat".into()));
     assert_eq!(
         c.routes[0].commit,
         Commit::Event {
@@ -108,8 +108,8 @@ fn commit_and_chat_id_forms() {
 
 #[test]
 fn prefixed_settings_share_one_grammar_in_file_and_flags() {
-    assert_eq!("query:c".parse(), Ok(ChatIdFrom::Query("c".into())));
-    assert!("cookie:c".parse::<ChatIdFrom>().is_err());
+    assert_eq!("query:c".parse(), Ok(KeySource::Query("c".into())));
+    assert!("form:c".parse::<KeySource>().is_err());
     assert_eq!(
         "event:CUSTOM".parse(),
         Ok(Commit::Event {
