@@ -158,3 +158,105 @@ fn a_resolution_wraps_the_json_body_verbatim_and_refuses_anything_else() {
     assert_eq!(code(resolution(b"")), "invalid_json");
     assert_eq!(code(resolution(b"{nope")), "invalid_json");
 }
+
+fn src(s: &str) -> KeySource {
+    s.parse().unwrap()
+}
+
+#[test]
+fn path_captures_are_percent_decoded() {
+    let captures = [("id".to_string(), "a%20b%2Fc+d".to_string())];
+    let parts = Parts {
+        captures: &captures,
+        ..Parts::EMPTY
+    };
+    // Percent-decoded as a path: `+` stays a plus.
+    assert_eq!(status(&src("path:id"), &parts).unwrap(), "a b/c+d");
+    let bad = [("id".to_string(), "%ff".to_string())];
+    let parts = Parts {
+        captures: &bad,
+        ..Parts::EMPTY
+    };
+    assert_eq!(code(status(&src("path:id"), &parts)), "invalid_chat_id");
+    assert_eq!(code(status(&src("path:id"), &NONE)), "missing_chat_id");
+}
+
+#[test]
+fn json_pointers_reach_nested_fields_and_unescape() {
+    let body = br#"{"target":{"run_id":"r1"},"a/b":{"c~d":"x"},"items":[{"id":"i0"}],"n":5}"#;
+    let chat = |s: &str| record(&src(s), body, &NONE).map(|r| r.chat_id);
+    assert_eq!(chat("json:/target/run_id").unwrap(), "r1");
+    assert_eq!(chat("json:/a~1b/c~0d").unwrap(), "x");
+    assert_eq!(chat("json:/items/0/id").unwrap(), "i0");
+    assert_eq!(code(chat("json:/target/none")), "missing_chat_id");
+    assert_eq!(code(chat("json:/target")), "invalid_chat_id");
+    assert_eq!(code(chat("json:/n")), "invalid_chat_id");
+    // `body:<field>` is the top-level field, slashes and all.
+    assert_eq!(
+        record(&src("body:a/b"), br#"{"a/b":"top"}"#, &NONE)
+            .unwrap()
+            .chat_id,
+        "top"
+    );
+    // A json: source needs a JSON object body.
+    assert_eq!(code(chat_of(&src("json:/id"), b"")), "invalid_json");
+}
+
+fn chat_of(s: &KeySource, body: &[u8]) -> Result<String, ApiError> {
+    record(s, body, &NONE).map(|r| r.chat_id)
+}
+
+#[test]
+fn cookies_and_headers_are_key_sources() {
+    let header = |h: &str| match h {
+        "cookie" => Some("theme=dark; sid=s%201; chat=c7".to_string()),
+        "x-chat" => Some("h9".to_string()),
+        _ => None,
+    };
+    let parts = Parts {
+        header: &header,
+        ..Parts::EMPTY
+    };
+    assert_eq!(status(&src("cookie:chat"), &parts).unwrap(), "c7");
+    // A cookie's value is taken as sent.
+    assert_eq!(status(&src("cookie:sid"), &parts).unwrap(), "s%201");
+    assert_eq!(code(status(&src("cookie:none"), &parts)), "missing_chat_id");
+    assert_eq!(code(status(&src("cookie:chat"), &NONE)), "missing_chat_id");
+    assert_eq!(status(&src("header:X-Chat"), &parts).unwrap(), "h9");
+}
+
+#[test]
+fn a_body_field_on_a_request_without_body_reads_the_query() {
+    assert_eq!(
+        status(&src("body:conversation"), &query("conversation=c%2B1")).unwrap(),
+        "c+1"
+    );
+    assert_eq!(
+        code(status(&src("body:chat_id"), &query("chat_id=%ff"))),
+        "invalid_query"
+    );
+}
+
+#[test]
+fn stop_reads_the_chat_id_from_any_source_and_its_fields_from_the_body() {
+    let captures = [("id".to_string(), "c1".to_string())];
+    let parts = Parts {
+        captures: &captures,
+        ..Parts::EMPTY
+    };
+    // A chat id outside the body: the body may be empty.
+    let s = stop(&src("path:id"), b"", &parts).unwrap();
+    assert_eq!((s.chat_id.as_str(), s.run_id), ("c1", None));
+    let s = stop(&src("path:id"), br#"{"run_id":"r1"}"#, &parts).unwrap();
+    assert_eq!(s.run_id.as_deref(), Some("r1"));
+    assert_eq!(code(stop(&src("path:id"), b"nope", &parts)), "invalid_json");
+    // The default reads the body, which must be there.
+    assert_eq!(code(stop(&body_field(), b"", &parts)), "invalid_json");
+    let s = stop(
+        &src("json:/target/chat"),
+        br#"{"target":{"chat":"t"}}"#,
+        &NONE,
+    )
+    .unwrap();
+    assert_eq!(s.chat_id, "t");
+}

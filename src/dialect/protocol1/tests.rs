@@ -212,3 +212,31 @@ fn an_event_whose_sse_name_differs_from_its_type_carries_the_name() {
         json!({"type":"STREAM_EVENT","run_id":"r","seq":3,"event":{"type":"x"},"event_name":"named \"y\""})
     );
 }
+
+#[test]
+fn attach_reads_the_chat_id_from_the_route_source() {
+    let captures = [("id".to_string(), "c%201".to_string())];
+    let parts = Parts {
+        captures: &captures,
+        query: Some("after_seq=2&run_id=r"),
+        ..Parts::EMPTY
+    };
+    let path = KeySource::Path("id".into());
+    let a = attach_get(&path, &parts, None, MAX).unwrap();
+    assert_eq!((a.chat_id.as_str(), a.after_seq), ("c 1", Some(2)));
+    // POST: the chat id from the path, the cursor from the body (which may be empty).
+    let a = attach_post(&path, br#"{"protocol":1,"after_seq":4}"#, &parts, MAX).unwrap();
+    assert_eq!((a.chat_id.as_str(), a.after_seq), ("c 1", Some(4)));
+    let a = attach_post(&path, b"", &parts, MAX).unwrap();
+    assert!(!a.protocol1);
+    // A body field on a GET reads the query parameter of that name.
+    let q = Parts {
+        query: Some("conversation=k"),
+        ..Parts::EMPTY
+    };
+    let a = attach_get(&KeySource::body("conversation"), &q, None, MAX).unwrap();
+    assert_eq!(a.chat_id, "k");
+    let nested: KeySource = "json:/thread/id".parse().unwrap();
+    let a = attach_post(&nested, br#"{"thread":{"id":"t"}}"#, &Parts::EMPTY, MAX).unwrap();
+    assert_eq!(a.chat_id, "t");
+}
