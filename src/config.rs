@@ -7,14 +7,18 @@
 
 mod file;
 mod flags;
+mod pattern;
 mod route;
+mod source;
 
 use std::net::SocketAddr;
 
 pub use crate::error::ConfigError;
 pub use file::{parse_file, AuthConf, Dur, File, Limits, Recorder, Server, Subject, Upstream};
 pub use flags::{Flags, LogFormat};
-pub use route::{default_routes, ChatIdFrom, Commit, OnMiss, Route, RouteConf, RouteKind};
+pub use pattern::{Captures, RoutePath};
+pub use route::{default_routes, match_route, Commit, OnMiss, Route, RouteConf, RouteKind};
+pub use source::KeySource;
 
 fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::new(key, message)

@@ -13,22 +13,21 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::compact::Capture;
-use crate::config::ChatIdFrom;
+use crate::config::KeySource;
 use crate::error::ApiError;
 use crate::journal::End;
+use crate::request::Parts;
 
 /// An attach or resume request as the edge read it.
 pub struct Incoming<'a> {
     /// Whether it is a `GET` (its inputs are the query and headers) rather than a `POST`.
     pub get: bool,
-    /// The raw query string.
-    pub query: Option<&'a str>,
-    /// A request header's value by (lower-case) name.
-    pub header: &'a dyn Fn(&str) -> Option<String>,
+    /// The query, the headers and the route's path captures.
+    pub parts: Parts<'a>,
     /// The request body (empty for `GET`).
     pub body: &'a [u8],
     /// Where the route finds the chat id.
-    pub chat_id: &'a ChatIdFrom,
+    pub chat_id: &'a KeySource,
     /// The cap on how long the client may ask to wait for a run.
     pub max_wait: Duration,
 }

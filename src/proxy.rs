@@ -20,7 +20,7 @@ use pingora_http::RequestHeader;
 use pingora_proxy::{ProxyHttp, Session};
 
 use crate::auth::Owner;
-use crate::config::{Route, RouteKind};
+use crate::config::{match_route, Captures, Route, RouteKind};
 use crate::error::{ApiError, Code};
 pub use assets::CLIENT_PATH;
 use session::finish;
@@ -43,12 +43,10 @@ impl Sidecar {
     }
 }
 
-fn match_route<'a>(routes: &'a [Route], req: &RequestHeader) -> Option<&'a Route> {
-    let path = req.uri.path();
-    let method = req.method.as_str();
-    routes
-        .iter()
-        .find(|r| r.path == path && r.methods.iter().any(|m| m == method))
+/// The route a request matched, with its path captures (raw, as in the request path).
+pub(crate) struct Matched<'a> {
+    pub(crate) route: &'a Route,
+    pub(crate) captures: Captures,
 }
 
 /// The size of the request header block as received: the request line (method, URI, ` `,
@@ -92,17 +90,20 @@ impl ProxyHttp for Sidecar {
         if let Some(file) = assets::answer(&self.shared.cfg, session.req_header()) {
             return finish(session, Ok(file)).await;
         }
-        let Some(route) = match_route(&self.shared.cfg.routes, session.req_header()).cloned()
+        let req = session.req_header();
+        let Some((route, captures)) =
+            match_route(&self.shared.cfg.routes, req.method.as_str(), req.uri.path())
         else {
             return Ok(false);
         };
+        let m = Matched { route, captures };
         let handled = match route.kind {
             RouteKind::Passthrough => return Ok(false),
-            RouteKind::Record => self.record(session, &route).await,
-            RouteKind::Attach => self.attach(session, &route).await,
-            RouteKind::Stop => self.stop(session, &route).await,
-            RouteKind::Status => self.status(session, &route).await,
-            RouteKind::Annotate => self.annotate(session, &route).await,
+            RouteKind::Record => self.record(session, &m).await,
+            RouteKind::Attach => self.attach(session, &m).await,
+            RouteKind::Stop => self.stop(session, &m).await,
+            RouteKind::Status => self.status(session, &m).await,
+            RouteKind::Annotate => self.annotate(session, &m).await,
         };
         finish(session, handled).await
     }

@@ -1,12 +1,13 @@
 //! Client requests: parsing and validating record, stop and status inputs, and the shared
-//! checks (chat ids, run ids, JSON bodies, query strings) every dialect reuses.
+//! checks (chat ids, run ids, JSON bodies, query strings) every dialect reuses. A key such as
+//! the chat id is read from the route's [`KeySource`] by [`key`].
 //!
 //! Pure: works on bodies, query strings and header values. Every rejection is an [`ApiError`]
 //! with a stable code.
 
 use serde_json::{Map, Value};
 
-use crate::config::ChatIdFrom;
+use crate::config::KeySource;
 use crate::error::{ApiError, Code};
 
 /// Longest chat id accepted, in bytes.
@@ -162,35 +163,101 @@ pub fn protocol1(body: &Map<String, Value>) -> Result<bool, ApiError> {
     }
 }
 
-/// The chat id from a query parameter or a header (`Body` routes are handled by the caller).
-fn chat_id_outside_body(
-    from: &ChatIdFrom,
-    query: Query<'_>,
-    header: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, ApiError> {
-    let (value, name) = match from {
-        ChatIdFrom::Query(q) | ChatIdFrom::Body(q) => (query.get(q)?, q),
-        ChatIdFrom::Header(h) => (header(h), h),
+/// The parts of a request a key source reads, besides the body.
+#[derive(Clone, Copy)]
+pub struct Parts<'a> {
+    /// The matched route's path captures, raw (percent-encoded) as in the request path.
+    pub captures: &'a [(String, String)],
+    /// The raw query string.
+    pub query: Option<&'a str>,
+    /// A request header's value by (lower-case) name.
+    pub header: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Parts<'_> {
+    /// Parts with no captures, no query and no headers.
+    pub const EMPTY: Parts<'static> = Parts {
+        captures: &[],
+        query: None,
+        header: &|_| None,
     };
-    chat_id_value(value.map(Value::String).as_ref(), name)
+}
+
+/// The value at an RFC 6901 `pointer` (`/`-prefixed) in a JSON object.
+fn pointer<'v>(body: &'v Map<String, Value>, pointer: &str) -> Option<&'v Value> {
+    let tokens = pointer.strip_prefix('/')?;
+    let (first, rest) = match tokens.find('/') {
+        Some(i) => (&tokens[..i], &tokens[i..]),
+        None => (tokens, ""),
+    };
+    let first = first.replace("~1", "/").replace("~0", "~");
+    body.get(&first)?.pointer(rest)
+}
+
+/// The value of a cookie in the `Cookie` header, as sent.
+fn cookie(header: Option<String>, name: &str) -> Option<String> {
+    let header = header?;
+    cookie::Cookie::split_parse(header.as_str())
+        .filter_map(Result::ok)
+        .find(|c| c.name() == name)
+        .map(|c| c.value().to_string())
+}
+
+/// Reads a key from where `source` says. `body` is the request's JSON body, `None` for a request
+/// without one (a `body:<field>` source then reads the query parameter `<field>`). A path capture
+/// is percent-decoded; one that is not UTF-8 once decoded is refused with `invalid`. `Ok(None)`:
+/// the request has no such key.
+pub fn key(
+    source: &KeySource,
+    parts: &Parts<'_>,
+    body: Option<&Map<String, Value>>,
+    invalid: Code,
+) -> Result<Option<Value>, ApiError> {
+    let text = match source {
+        KeySource::Json { pointer: p, field } => match (body, field) {
+            (Some(m), _) => return Ok(pointer(m, p).cloned()),
+            (None, Some(f)) => Query::parse(parts.query).get(f)?,
+            (None, None) => None,
+        },
+        KeySource::Path(name) => match parts.captures.iter().find(|(k, _)| k == name) {
+            Some((_, raw)) => Some(
+                percent_encoding::percent_decode_str(raw)
+                    .decode_utf8()
+                    .map_err(|_| {
+                        ApiError::new(
+                            invalid,
+                            format!("the path capture {name} is not UTF-8 once decoded"),
+                        )
+                    })?
+                    .into_owned(),
+            ),
+            None => None,
+        },
+        KeySource::Query(name) => Query::parse(parts.query).get(name)?,
+        KeySource::Header(name) => (parts.header)(name),
+        KeySource::Cookie(name) => cookie((parts.header)("cookie"), name),
+    };
+    Ok(text.map(Value::String))
+}
+
+/// The chat id from where `source` says (see [`key`]): present, a string, and valid.
+pub fn chat_id(
+    source: &KeySource,
+    parts: &Parts<'_>,
+    body: Option<&Map<String, Value>>,
+) -> Result<String, ApiError> {
+    let v = key(source, parts, body, Code::InvalidChatId)?;
+    chat_id_value(v.as_ref(), source.label())
 }
 
 /// Parses a record request. The chat id comes from where the route says; a non-empty body must
 /// be a JSON object (it is read for `"protocol": 1`).
-pub fn record(
-    from: &ChatIdFrom,
-    body: &[u8],
-    query: Option<&str>,
-    header: impl Fn(&str) -> Option<String>,
-) -> Result<RecordRequest, ApiError> {
+pub fn record(from: &KeySource, body: &[u8], parts: &Parts<'_>) -> Result<RecordRequest, ApiError> {
     let map = match (from, body.is_empty()) {
-        (ChatIdFrom::Body(_), _) | (_, false) => Some(json_object(body)?),
+        (KeySource::Json { .. }, _) | (_, false) => Some(json_object(body)?),
         _ => None,
     };
-    let chat_id = match from {
-        ChatIdFrom::Body(f) => chat_id_value(map.as_ref().and_then(|m| m.get(f)), f)?,
-        _ => chat_id_outside_body(from, Query::parse(query), &header)?,
-    };
+    let chat_id = chat_id(from, parts, map.as_ref())?;
     let protocol1 = match &map {
         Some(m) => protocol1(m)?,
         None => false,
@@ -202,15 +269,20 @@ pub fn record(
     })
 }
 
-/// Parses a stop body: `{"<chat field>", "run_id"?, "cancel_request_id"?}`. The chat id is the
-/// route's body field (`chat_id` unless the route names another).
-pub fn stop(from: &ChatIdFrom, body: &[u8]) -> Result<StopRequest, ApiError> {
-    let m = json_object(body)?;
-    let field = match from {
-        ChatIdFrom::Body(f) => f.as_str(),
-        _ => "chat_id",
-    };
-    let chat_id = chat_id_value(m.get(field), field)?;
+/// A control body (stop, `POST` attach): a JSON object. With a chat id outside the body an empty
+/// body is an empty object.
+pub fn control_body(from: &KeySource, body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match (from, body.is_empty()) {
+        (KeySource::Json { .. }, _) | (_, false) => json_object(body),
+        _ => Ok(Map::new()),
+    }
+}
+
+/// Parses a stop body: `{"chat_id"?, "run_id"?, "cancel_request_id"?}`, the chat id read from
+/// where the route says (`body:chat_id` by default).
+pub fn stop(from: &KeySource, body: &[u8], parts: &Parts<'_>) -> Result<StopRequest, ApiError> {
+    let m = control_body(from, body)?;
+    let chat_id = chat_id(from, parts, Some(&m))?;
     let run_id = run_id_value(m.get("run_id"))?;
     let cancel_request_id = match m.get("cancel_request_id") {
         None | Some(Value::Null) => None,
@@ -233,14 +305,10 @@ pub fn stop(from: &ChatIdFrom, body: &[u8]) -> Result<StopRequest, ApiError> {
     })
 }
 
-/// Parses a status request (a `GET`: no body). The chat id is a query parameter, or a header
-/// for `header:` routes; a `body:<field>` route reads the query parameter `<field>`.
-pub fn status(
-    from: &ChatIdFrom,
-    query: Option<&str>,
-    header: impl Fn(&str) -> Option<String>,
-) -> Result<String, ApiError> {
-    chat_id_outside_body(from, Query::parse(query), &header)
+/// Parses a status request (no body is read). A `body:<field>` route reads the query parameter
+/// `<field>`.
+pub fn status(from: &KeySource, parts: &Parts<'_>) -> Result<String, ApiError> {
+    chat_id(from, parts, None)
 }
 
 /// The resolution event an `annotate` route records for a request `body`:

@@ -1,11 +1,13 @@
-//! Routes: what each `[[routes]]` entry matches and does, where it finds the chat id, and when
-//! its runs count as persisted. The `prefix:value` settings parse with [`FromStr`], so the file
-//! and the flags share one grammar.
+//! Routes: what each `[[routes]]` entry matches (method and path, first in file order wins) and
+//! does, where it finds the chat id, and when its runs count as persisted. The `prefix:value`
+//! settings parse with [`FromStr`], so the file and the flags share one grammar.
 
 use std::str::FromStr;
 
 use serde::Deserialize;
 
+use super::pattern::{Captures, RoutePath};
+use super::source::KeySource;
 use crate::error::ConfigError;
 use crate::format::FormatChoice;
 
@@ -38,17 +40,6 @@ pub enum OnMiss {
     Record,
 }
 
-/// Where a route finds the chat id: `body:<field>`, `query:<name>` or `header:<Name>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ChatIdFrom {
-    /// A top-level field of the JSON body.
-    Body(String),
-    /// A query parameter.
-    Query(String),
-    /// A request header.
-    Header(String),
-}
-
 /// When a run counts as persisted: `eof` or `event:<TYPE>[:<name>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Commit {
@@ -69,11 +60,13 @@ pub enum Commit {
 pub struct RouteConf {
     /// HTTP methods the route matches.
     pub methods: Vec<String>,
-    /// Exact request path the route matches (query excluded).
+    /// The request path the route matches (query excluded): exact, or a pattern with `{name}`
+    /// captures and one trailing `{*rest}` catch-all.
     pub path: String,
     /// What the route does.
     pub kind: RouteKind,
-    /// Where the chat id is: `body:<field>`, `query:<name>` or `header:<Name>`.
+    /// Where the chat id is: `path:<capture>`, `json:<pointer>`, `body:<field>`,
+    /// `query:<name>`, `header:<Name>` or `cookie:<name>`.
     #[serde(default = "default_chat_id")]
     pub chat_id: String,
     /// `eof` or `event:<TYPE>[:<name>]` (record routes, and attach with `on_miss = "record"`).
@@ -111,12 +104,12 @@ fn default_commit() -> String {
 pub struct Route {
     /// HTTP methods the route matches (upper case).
     pub methods: Vec<String>,
-    /// Exact path.
-    pub path: String,
+    /// The path, exact or a pattern.
+    pub path: RoutePath,
     /// What the route does.
     pub kind: RouteKind,
     /// Where the chat id is.
-    pub chat_id: ChatIdFrom,
+    pub chat_id: KeySource,
     /// When a run counts as persisted.
     pub commit: Commit,
     /// Attach only: what to do for a chat with no run.
@@ -129,19 +122,25 @@ pub struct Route {
     pub format: FormatChoice,
 }
 
-impl FromStr for ChatIdFrom {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.split_once(':') {
-            Some(("body", f)) if !f.is_empty() => Ok(ChatIdFrom::Body(f.into())),
-            Some(("query", f)) if !f.is_empty() => Ok(ChatIdFrom::Query(f.into())),
-            Some(("header", f)) if !f.is_empty() => Ok(ChatIdFrom::Header(f.to_ascii_lowercase())),
-            _ => Err(format!(
-                "{s:?} must be body:<field>, query:<name> or header:<Name>"
-            )),
+impl Route {
+    /// The path captures when the route matches `method` and `path`, else `None`.
+    pub fn matches(&self, method: &str, path: &str) -> Option<Captures> {
+        if !self.methods.iter().any(|m| m == method) {
+            return None;
         }
+        self.path.matches(path)
     }
+}
+
+/// The first route in file order that matches `method` and `path`, with its path captures.
+pub fn match_route<'a>(
+    routes: &'a [Route],
+    method: &str,
+    path: &str,
+) -> Option<(&'a Route, Captures)> {
+    routes
+        .iter()
+        .find_map(|r| r.matches(method, path).map(|c| (r, c)))
 }
 
 impl FromStr for Commit {
@@ -192,15 +191,43 @@ pub fn default_routes() -> Vec<RouteConf> {
     ]
 }
 
+/// Checks that a route can read `source`: a `path:` capture must be in the route's pattern, and
+/// a `json:` pointer needs a body (a status route and a `GET` attach have none).
+fn check_source(
+    source: &KeySource,
+    path: &RoutePath,
+    kind: RouteKind,
+    methods: &[String],
+) -> Result<(), String> {
+    if let KeySource::Path(name) = source {
+        if !path.captures().iter().any(|c| c == name) {
+            return Err(format!(
+                "path:{name} names no capture of the path {:?}",
+                path.as_str()
+            ));
+        }
+    }
+    let bodyless = kind == RouteKind::Status
+        || (kind == RouteKind::Attach && methods.iter().any(|m| m == "GET"));
+    if source.needs_body() && bodyless {
+        return Err(format!(
+            "json:{} reads the body, and a {} route has none{}",
+            source.label(),
+            if kind == RouteKind::Status {
+                "status"
+            } else {
+                "GET attach"
+            },
+            "; use path:, query:, header: or cookie:"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks route `i` of the file and builds it.
 pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
     let key = |k: &str| format!("routes[{i}].{k}");
-    if !rc.path.starts_with('/') {
-        return Err(ConfigError::new(
-            key("path"),
-            format!("{:?} must start with /", rc.path),
-        ));
-    }
+    let path = RoutePath::parse(&rc.path).map_err(|e| ConfigError::new(key("path"), e))?;
     if rc.methods.is_empty() {
         return Err(ConfigError::new(
             key("methods"),
@@ -217,9 +244,11 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
             format!("{m:?} is not an HTTP method"),
         ));
     }
-    let chat_id: ChatIdFrom = rc
+    let chat_id: KeySource = rc
         .chat_id
         .parse()
+        .map_err(|e| ConfigError::new(key("chat_id"), e))?;
+    check_source(&chat_id, &path, rc.kind, &methods)
         .map_err(|e| ConfigError::new(key("chat_id"), e))?;
     let commit: Commit = rc
         .commit
@@ -231,7 +260,7 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         .map_err(|e| ConfigError::new(key("format"), e))?;
     Ok(Route {
         methods,
-        path: rc.path,
+        path,
         kind: rc.kind,
         chat_id,
         commit,

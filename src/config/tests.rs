@@ -95,7 +95,7 @@ fn auth_subject_forms() {
 fn commit_and_chat_id_forms() {
     let text = "[[routes]]\nmethods=[\"post\"]\npath=\"/x\"\nkind=\"record\"\nchat_id=\"header:X-Chat\"\ncommit=\"event:CUSTOM:persisted\"\n";
     let c = parse_file(text).unwrap().validate().unwrap();
-    assert_eq!(c.routes[0].chat_id, ChatIdFrom::Header("x-chat".into()));
+    assert_eq!(c.routes[0].chat_id, KeySource::Header("x-chat".into()));
     assert_eq!(
         c.routes[0].commit,
         Commit::Event {
@@ -108,8 +108,8 @@ fn commit_and_chat_id_forms() {
 
 #[test]
 fn prefixed_settings_share_one_grammar_in_file_and_flags() {
-    assert_eq!("query:c".parse(), Ok(ChatIdFrom::Query("c".into())));
-    assert!("cookie:c".parse::<ChatIdFrom>().is_err());
+    assert_eq!("query:c".parse(), Ok(KeySource::Query("c".into())));
+    assert!("form:c".parse::<KeySource>().is_err());
     assert_eq!(
         "event:CUSTOM".parse(),
         Ok(Commit::Event {
@@ -147,4 +147,129 @@ fn the_browser_client_is_served_in_demo_mode_unless_told_otherwise() {
     ));
     let e = Flags::try_parse_from(["tether", "--serve-client=maybe"]).unwrap_err();
     assert!(e.to_string().contains("--serve-client"), "{e}");
+}
+
+fn route(methods: &[&str], path: &str, kind: &str, chat_id: &str) -> String {
+    format!("[[routes]]\nmethods={methods:?}\npath={path:?}\nkind={kind:?}\nchat_id={chat_id:?}\n")
+}
+
+fn routes(text: &str) -> Result<Vec<Route>, ConfigError> {
+    Ok(parse_file(text)?.validate()?.routes)
+}
+
+#[test]
+fn path_patterns_capture_segments_and_a_trailing_catch_all() {
+    let p = RoutePath::parse("/api/sessions/{session_id}/runs/{run_id}/resume").unwrap();
+    assert_eq!(p.captures(), ["session_id", "run_id"]);
+    assert_eq!(
+        p.matches("/api/sessions/s%201/runs/r9/resume").unwrap(),
+        [
+            ("session_id".to_string(), "s%201".to_string()),
+            ("run_id".to_string(), "r9".to_string())
+        ],
+        "captures stay raw; a key source decodes the one it reads"
+    );
+    assert!(p.matches("/api/sessions/s/runs/r/resume/").is_none());
+    assert!(p.matches("/api/sessions/s/runs//resume").is_none());
+    let files = RoutePath::parse("/files/{*rest}").unwrap();
+    assert_eq!(
+        files.matches("/files/a/b.txt").unwrap(),
+        [("rest".to_string(), "a/b.txt".to_string())]
+    );
+    assert!(
+        files.matches("/files/").is_none(),
+        "a catch-all is never empty"
+    );
+    assert!(files.matches("/filesx/a").is_none());
+    // An exact path is compared as is, and `{{`/`}}` are literal braces.
+    let exact = RoutePath::parse("/chat").unwrap();
+    assert!(exact.captures().is_empty());
+    assert_eq!(exact.matches("/chat"), Some(vec![]));
+    assert!(exact.matches("/chat/").is_none());
+    let lit = RoutePath::parse("/t/{{x}}/{id}").unwrap();
+    assert_eq!(lit.captures(), ["id"]);
+    assert!(lit.matches("/t/{x}/7").is_some());
+    for bad in [
+        "/files/{*rest}/more",
+        "/a/{}",
+        "/a/{id",
+        "/a/id}",
+        "/a/{x}/{x}",
+        "/a/{x}{y}",
+        "/a/{*}",
+        "api/{id}",
+    ] {
+        assert!(RoutePath::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn the_first_route_in_file_order_wins_whatever_is_more_specific() {
+    let text = route(&["POST"], "/api/chat/{id}", "record", "path:id")
+        + &route(&["POST"], "/api/chat/stop", "stop", "body:chat_id")
+        + &route(&["GET"], "/api/chat/{id}", "status", "path:id")
+        + &route(&["GET", "POST"], "/{*rest}", "passthrough", "body:chat_id");
+    let rs = routes(&text).unwrap();
+    let kind = |m: &str, p: &str| match_route(&rs, m, p).map(|(r, _)| r.kind);
+    // matchit alone would prefer the static `/api/chat/stop`; file order says the record route.
+    assert_eq!(kind("POST", "/api/chat/stop"), Some(RouteKind::Record));
+    assert_eq!(kind("GET", "/api/chat/c1"), Some(RouteKind::Status));
+    assert_eq!(kind("GET", "/other/x"), Some(RouteKind::Passthrough));
+    assert_eq!(kind("DELETE", "/api/chat/c1"), None);
+    let (_, captures) = match_route(&rs, "POST", "/api/chat/c%2F1").unwrap();
+    assert_eq!(captures, [("id".to_string(), "c%2F1".to_string())]);
+}
+
+#[test]
+fn key_sources_are_checked_against_their_route() {
+    let e = routes(&route(&["POST"], "/api/chat/{id}", "record", "path:chat")).unwrap_err();
+    assert_eq!(e.key, "routes[0].chat_id");
+    assert!(e.message.contains("path:chat"), "{e}");
+    let e = routes(&route(&["POST"], "/chat", "record", "path:id")).unwrap_err();
+    assert_eq!(e.key, "routes[0].chat_id");
+    let text = route(&["POST"], "/x", "record", "body:chat_id")
+        + &route(&["GET"], "/run", "status", "json:/id");
+    assert_eq!(routes(&text).unwrap_err().key, "routes[1].chat_id");
+    let e = routes(&route(&["GET", "POST"], "/l", "attach", "json:/a/b")).unwrap_err();
+    assert_eq!(e.key, "routes[0].chat_id");
+    assert!(routes(&route(&["POST"], "/l", "attach", "json:/a/b")).is_ok());
+    assert!(routes(&route(&["GET"], "/run", "status", "body:conversation")).is_ok());
+    for bad in [
+        "json:a",
+        "json:/a~2",
+        "json:/a~",
+        "header:bad name",
+        "form:x",
+        "path:",
+    ] {
+        let e = routes(&route(&["POST"], "/x", "record", bad)).unwrap_err();
+        assert_eq!(e.key, "routes[0].chat_id", "{bad}");
+    }
+    let e = routes(&route(&["POST"], "/x/{*a}/b", "record", "body:chat_id")).unwrap_err();
+    assert_eq!(e.key, "routes[0].path");
+}
+
+#[test]
+fn key_source_forms() {
+    assert_eq!("body:a/b~".parse(), Ok(KeySource::body("a/b~")));
+    assert_eq!(
+        KeySource::body("a/b~"),
+        KeySource::Json {
+            pointer: "/a~1b~0".into(),
+            field: Some("a/b~".into())
+        }
+    );
+    assert_eq!(
+        "json:/target/run_id".parse(),
+        Ok(KeySource::Json {
+            pointer: "/target/run_id".into(),
+            field: None
+        })
+    );
+    assert_eq!("path:id".parse(), Ok(KeySource::Path("id".into())));
+    assert_eq!("cookie:sid".parse(), Ok(KeySource::Cookie("sid".into())));
+    assert_eq!(
+        "header:X-Chat".parse(),
+        Ok(KeySource::Header("x-chat".into()))
+    );
 }

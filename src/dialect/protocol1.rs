@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{AttachRequest, Dialect, Incoming};
 use crate::compact::Capture;
-use crate::config::ChatIdFrom;
+use crate::config::KeySource;
 use crate::error::{ApiError, Code};
 use crate::journal::End;
 use crate::json::write_str as write_json_str;
@@ -155,10 +155,10 @@ impl Dialect for Protocol1 {
 
     fn parse(&self, req: &Incoming<'_>) -> Result<AttachRequest, ApiError> {
         if req.get {
-            let last = (req.header)("last-event-id");
-            attach_get(req.query, last.as_deref(), req.max_wait)
+            let last = (req.parts.header)("last-event-id");
+            attach_get(req.chat_id, &req.parts, last.as_deref(), req.max_wait)
         } else {
-            attach_post(req.chat_id, req.body, req.max_wait)
+            attach_post(req.chat_id, req.body, &req.parts, req.max_wait)
         }
     }
 
@@ -211,18 +211,16 @@ fn wait_ms(v: Option<u64>, max_wait: Duration) -> Duration {
     Duration::from_millis(v.unwrap_or(0)).min(max_wait)
 }
 
-/// Parses a `POST` attach body; `max_wait` caps `wait_ms`.
+/// Parses a `POST` attach body; the chat id comes from where the route says; `max_wait` caps
+/// `wait_ms`.
 pub fn attach_post(
-    from: &ChatIdFrom,
+    from: &KeySource,
     body: &[u8],
+    parts: &request::Parts<'_>,
     max_wait: Duration,
 ) -> Result<AttachRequest, ApiError> {
-    let m: Map<String, Value> = request::json_object(body)?;
-    let field = match from {
-        ChatIdFrom::Body(f) => f.as_str(),
-        _ => "chat_id",
-    };
-    let chat_id = request::chat_id_value(m.get(field), field)?;
+    let m: Map<String, Value> = request::control_body(from, body)?;
+    let chat_id = request::chat_id(from, parts, Some(&m))?;
     let protocol1 = request::protocol1(&m)?;
     let run_id = request::run_id_value(m.get("run_id"))?;
     let after_seq = match m.get("after_seq") {
@@ -247,14 +245,16 @@ pub fn attach_post(
     })
 }
 
-/// Parses a `GET` attach (query string and `Last-Event-ID`); always protocol 1.
+/// Parses a `GET` attach (query string and `Last-Event-ID`); always protocol 1. The chat id comes
+/// from where the route says; a `body:<field>` route reads the query parameter `<field>`.
 pub fn attach_get(
-    query: Option<&str>,
+    from: &KeySource,
+    parts: &request::Parts<'_>,
     last_event_id_header: Option<&str>,
     max_wait: Duration,
 ) -> Result<AttachRequest, ApiError> {
-    let q = request::Query::parse(query);
-    let chat_id = request::chat_id_value(q.get("chat_id")?.map(Value::String).as_ref(), "chat_id")?;
+    let q = request::Query::parse(parts.query);
+    let chat_id = request::chat_id(from, parts, None)?;
     let mut run_id = request::run_id_value(q.get("run_id")?.map(Value::String).as_ref())?;
     let mut after_seq = match q.get("after_seq")? {
         Some(s) => Some(parse_cursor(&s, "after_seq")?),

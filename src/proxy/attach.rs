@@ -8,22 +8,23 @@ use pingora_proxy::Session;
 use super::session::{
     forward_unrecorded, header_value, observe, read_body, write_sse_header, Handled, Reply,
 };
-use super::Sidecar;
+use super::{Matched, Sidecar};
 use crate::attach::{self, Decision};
 use crate::auth::Auth;
-use crate::config::{OnMiss, Route};
+use crate::config::OnMiss;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
 use crate::observer::Start;
 use crate::registry::Admission;
+use crate::request::Parts;
 use crate::run::mint_run_id;
 
 impl Sidecar {
     /// `kind = "attach"`: serve the chat's run from the buffer.
-    pub(crate) async fn attach(&self, session: &mut Session, route: &Route) -> Handled {
-        let s = &self.shared;
+    pub(crate) async fn attach(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
+        let (s, route) = (&self.shared, m.route);
         let max_wait = s.cfg.recorder.max_wait.0;
         let get = session.req_header().method == http::Method::GET;
         let body = match get {
@@ -33,12 +34,14 @@ impl Sidecar {
                 Err(e) => return e.into(),
             },
         };
-        let query = session.req_header().uri.query().map(str::to_string);
         let header = |name: &str| header_value(session, name);
         let req = Protocol1.parse(&Incoming {
             get,
-            query: query.as_deref(),
-            header: &header,
+            parts: Parts {
+                captures: &m.captures,
+                query: session.req_header().uri.query(),
+                header: &header,
+            },
             body: &body,
             chat_id: &route.chat_id,
             max_wait,

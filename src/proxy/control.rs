@@ -12,13 +12,12 @@ use pingora_proxy::Session;
 use serde_json::json;
 
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
-use super::Sidecar;
+use super::{Matched, Sidecar};
 use crate::auth::Auth;
-use crate::config::Route;
 use crate::error::{ApiError, Code};
 use crate::format::{agui::Agui, Format};
 use crate::journal::EndReason;
-use crate::request;
+use crate::request::{self, Parts};
 use crate::run::Run;
 use crate::sse::SseEvent;
 
@@ -41,14 +40,22 @@ async fn stopped(run: &Run, limit: Duration) -> bool {
 impl Sidecar {
     /// `kind = "stop"`: `{"chat_id", "run_id"?, "cancel_request_id"?}` stops the named run or the
     /// chat's active run by aborting its upstream request.
-    pub(crate) async fn stop(&self, session: &mut Session, route: &Route) -> Handled {
-        let s = &self.shared;
+    pub(crate) async fn stop(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
+        let (s, route) = (&self.shared, m.route);
         let owner = self.owner(session)?;
         let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
-        let req = request::stop(&route.chat_id, &body)?;
+        let req = {
+            let header = |h: &str| header_value(session, h);
+            let parts = Parts {
+                captures: &m.captures,
+                query: session.req_header().uri.query(),
+                header: &header,
+            };
+            request::stop(&route.chat_id, &body, &parts)?
+        };
         let scope = Auth::scope(&owner, &req.chat_id);
         // A repeated cancel_request_id names the run it stopped the first time.
         let run_id = req.run_id.or_else(|| {
@@ -106,13 +113,16 @@ impl Sidecar {
     }
 
     /// `kind = "status"`: the chat's current run, or 204.
-    pub(crate) async fn status(&self, session: &mut Session, route: &Route) -> Handled {
+    pub(crate) async fn status(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
         let owner = self.owner(session)?;
-        let query = session.req_header().uri.query().map(str::to_string);
-        let chat_id = request::status(&route.chat_id, query.as_deref(), |h| {
-            header_value(session, h)
-        })?;
+        let header = |h: &str| header_value(session, h);
+        let parts = Parts {
+            captures: &m.captures,
+            query: session.req_header().uri.query(),
+            header: &header,
+        };
+        let chat_id = request::status(&m.route.chat_id, &parts)?;
         let Some(run) = s.registry.current(&Auth::scope(&owner, &chat_id), &owner) else {
             return Ok(Reply::Json(204, None));
         };
@@ -129,9 +139,9 @@ impl Sidecar {
 
     /// `kind = "annotate"`: forward, and on a 2xx answer append the request body (which must be
     /// JSON) to the chat's active run as a `CUSTOM` event named `tether.resolution`.
-    pub(crate) async fn annotate(&self, session: &mut Session, route: &Route) -> Handled {
+    pub(crate) async fn annotate(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
-        let (owner, body, req) = match self.read_turn(session, route).await {
+        let (owner, body, req) = match self.read_turn(session, m).await {
             Ok(t) => t,
             Err(h) => return h,
         };

@@ -12,13 +12,13 @@ use super::session::{
     forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
     Handled, Reply, Source,
 };
-use super::Sidecar;
+use super::{Matched, Sidecar};
 use crate::auth::{Auth, Owner};
 use crate::config::Route;
 use crate::error::{ApiError, Code};
 use crate::observer::Start;
 use crate::registry::{Admission, Busy, Pending};
-use crate::request::{self, RecordRequest};
+use crate::request::{self, Parts, RecordRequest};
 use crate::run::mint_run_id;
 use crate::upstream::producer::{self, Head, Job};
 
@@ -28,30 +28,32 @@ impl Sidecar {
     pub(crate) async fn read_turn(
         &self,
         session: &mut Session,
-        route: &Route,
+        m: &Matched<'_>,
     ) -> std::result::Result<(Owner, Bytes, RecordRequest), Handled> {
         let owner = self.owner(session).map_err(Err)?;
         let body = read_body(session, self.shared.cfg.recorder.max_body_bytes)
             .await
             .map_err(Handled::from)?;
-        let query = session.req_header().uri.query().map(str::to_string);
-        let req = request::record(&route.chat_id, &body, query.as_deref(), |h| {
-            super::session::header_value(session, h)
-        })
-        .map_err(Err)?;
+        let header = |h: &str| super::session::header_value(session, h);
+        let parts = Parts {
+            captures: &m.captures,
+            query: session.req_header().uri.query(),
+            header: &header,
+        };
+        let req = request::record(&m.route.chat_id, &body, &parts).map_err(Err)?;
         Ok((owner, body, req))
     }
 
     /// `kind = "record"`: one turn, recorded as a new run of the chat.
-    pub(crate) async fn record(&self, session: &mut Session, route: &Route) -> Handled {
-        let s = &self.shared;
+    pub(crate) async fn record(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
+        let (s, route) = (&self.shared, m.route);
         if s.draining.load(Ordering::Relaxed) {
             return Err(ApiError::new(
                 Code::Draining,
                 "tether is shutting down; retry on another instance",
             ));
         }
-        let (owner, body, req) = match self.read_turn(session, route).await {
+        let (owner, body, req) = match self.read_turn(session, m).await {
             Ok(t) => t,
             Err(h) => return h,
         };
@@ -112,7 +114,7 @@ impl Sidecar {
                 metrics: s.metrics.clone(),
                 pending,
                 run_id,
-                route: route.path.clone(),
+                route: route.path.as_str().to_string(),
                 format: route.format,
                 commit: route.commit.clone(),
                 window: s.cfg.recorder.window,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::request::Parts;
 
 const MAX: Duration = Duration::from_secs(30);
 
@@ -99,8 +100,9 @@ fn end_frame_carries_terminal_state() {
 #[test]
 fn attach_post_fields_and_types() {
     let a = attach_post(
-        &ChatIdFrom::Body("chat_id".into()),
+        &KeySource::body("chat_id"),
         br#"{"chat_id":"c","protocol":1,"run_id":"r1","after_seq":5,"wait_ms":99999999}"#,
+        &Parts::EMPTY,
         MAX,
     )
     .unwrap();
@@ -123,8 +125,9 @@ fn attach_post_fields_and_types() {
     ] {
         assert_eq!(
             code(attach_post(
-                &ChatIdFrom::Body("chat_id".into()),
+                &KeySource::body("chat_id"),
                 body.as_bytes(),
+                &Parts::EMPTY,
                 MAX
             )),
             c,
@@ -133,34 +136,40 @@ fn attach_post_fields_and_types() {
     }
 }
 
+/// A `GET` attach on the default route (`body:chat_id`, read from the query).
+fn get(query: Option<&str>, last: Option<&str>, max: Duration) -> Result<AttachRequest, ApiError> {
+    let parts = Parts {
+        query,
+        ..Parts::EMPTY
+    };
+    attach_get(&KeySource::body("chat_id"), &parts, last, max)
+}
+
 #[test]
 fn attach_get_reads_query_and_last_event_id() {
-    let a = attach_get(Some("chat_id=c&run_id=r&after_seq=3&wait_ms=10"), None, MAX).unwrap();
+    let a = get(Some("chat_id=c&run_id=r&after_seq=3&wait_ms=10"), None, MAX).unwrap();
     assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r"), Some(3)));
     assert_eq!(a.wait, Duration::from_millis(10));
-    let a = attach_get(Some("chat_id=c"), Some("r2:42"), MAX).unwrap();
+    let a = get(Some("chat_id=c"), Some("r2:42"), MAX).unwrap();
     assert_eq!((a.run_id.as_deref(), a.after_seq), (Some("r2"), Some(42)));
     assert_eq!(
-        code(attach_get(Some("chat_id=c"), Some("r2"), MAX)),
+        code(get(Some("chat_id=c"), Some("r2"), MAX)),
         "invalid_last_event_id"
     );
     assert_eq!(
-        code(attach_get(Some("chat_id=c"), Some("r2:-1"), MAX)),
+        code(get(Some("chat_id=c"), Some("r2:-1"), MAX)),
         "invalid_cursor"
     );
     assert_eq!(
-        code(attach_get(
+        code(get(
             Some("chat_id=c&after_seq=99999999999999999999"),
             None,
             MAX
         )),
         "invalid_cursor"
     );
-    assert_eq!(code(attach_get(None, None, MAX)), "missing_chat_id");
-    assert_eq!(
-        code(attach_get(Some("chat_id=%ff"), None, MAX)),
-        "invalid_query"
-    );
+    assert_eq!(code(get(None, None, MAX)), "missing_chat_id");
+    assert_eq!(code(get(Some("chat_id=%ff"), None, MAX)), "invalid_query");
 }
 
 #[test]
@@ -202,4 +211,32 @@ fn an_event_whose_sse_name_differs_from_its_type_carries_the_name() {
         parse(&out).1,
         json!({"type":"STREAM_EVENT","run_id":"r","seq":3,"event":{"type":"x"},"event_name":"named \"y\""})
     );
+}
+
+#[test]
+fn attach_reads_the_chat_id_from_the_route_source() {
+    let captures = [("id".to_string(), "c%201".to_string())];
+    let parts = Parts {
+        captures: &captures,
+        query: Some("after_seq=2&run_id=r"),
+        ..Parts::EMPTY
+    };
+    let path = KeySource::Path("id".into());
+    let a = attach_get(&path, &parts, None, MAX).unwrap();
+    assert_eq!((a.chat_id.as_str(), a.after_seq), ("c 1", Some(2)));
+    // POST: the chat id from the path, the cursor from the body (which may be empty).
+    let a = attach_post(&path, br#"{"protocol":1,"after_seq":4}"#, &parts, MAX).unwrap();
+    assert_eq!((a.chat_id.as_str(), a.after_seq), ("c 1", Some(4)));
+    let a = attach_post(&path, b"", &parts, MAX).unwrap();
+    assert!(!a.protocol1);
+    // A body field on a GET reads the query parameter of that name.
+    let q = Parts {
+        query: Some("conversation=k"),
+        ..Parts::EMPTY
+    };
+    let a = attach_get(&KeySource::body("conversation"), &q, None, MAX).unwrap();
+    assert_eq!(a.chat_id, "k");
+    let nested: KeySource = "json:/thread/id".parse().unwrap();
+    let a = attach_post(&nested, br#"{"thread":{"id":"t"}}"#, &Parts::EMPTY, MAX).unwrap();
+    assert_eq!(a.chat_id, "t");
 }
