@@ -31,6 +31,23 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Raises the open-files soft limit to the hard limit: every stream holds two sockets (the
+/// client's and the backend's), and a default soft limit of 1,024 would refuse turns past about
+/// 500 streams (the upstream connect fails with "failed to create socket": a 502).
+fn raise_open_files_limit() {
+    use rlimit::Resource;
+    let Ok((soft, hard)) = rlimit::getrlimit(Resource::NOFILE) else {
+        return;
+    };
+    match rlimit::increase_nofile_limit(hard) {
+        Ok(now) if now > soft => log::info!(
+            "open files: soft limit raised from {soft} to {now} (hard {hard}); each stream holds two"
+        ),
+        Ok(now) => log::info!("open files: soft limit {now} (hard {hard}); each stream holds two"),
+        Err(e) => log::warn!("open files: soft limit {soft} (hard {hard}), not raised: {e}"),
+    }
+}
+
 fn banner(h: &tether::server::Handle) {
     let p = h.proxy_addr;
     println!(
@@ -104,6 +121,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(flags.log_format);
+    raise_open_files_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if cfg.server.threads > 0 {
         rt.worker_threads(cfg.server.threads);

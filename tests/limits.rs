@@ -172,3 +172,42 @@ fn an_invalid_configuration_exits_64_naming_the_key() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--retention") && err.contains("soon"), "{err}");
 }
+
+#[test]
+fn the_binary_raises_its_open_files_soft_limit_to_the_hard_limit() {
+    use std::io::BufRead;
+    let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
+    let low = 256.min(hard);
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -S -n "$1" && exec "$0" --listen 127.0.0.1:0 --admin 127.0.0.1:0"#)
+        .arg(env!("CARGO_BIN_EXE_tether"))
+        .arg(low.to_string())
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("open files") {
+                let _ = tx.send(line);
+                return;
+            }
+        }
+    });
+    let line = rx.recv_timeout(LIMIT);
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line.expect("an open-files line in the log");
+    assert!(
+        line.contains(&format!("to {hard} (hard {hard})"))
+            || (low == hard && line.contains(&format!("soft limit {hard}"))),
+        "{line}"
+    );
+}
