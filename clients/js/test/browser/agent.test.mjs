@@ -9,9 +9,7 @@
 // Needs `target/debug/tether` (cargo build) or TETHER_BIN, and /usr/bin/chromium or CHROMIUM.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -19,6 +17,7 @@ import { fileURLToPath } from "node:url";
 
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
+import { relay, startTether } from "../support/tether.mjs";
 
 const CLIENT = fileURLToPath(new URL("../../", import.meta.url));
 const ROOT = join(CLIENT, "../../");
@@ -107,63 +106,7 @@ let tmp;
 let bundle;
 let reference; // agent.messages of a plain HttpAgent run of the demo turn, in the browser
 
-/** Starts tether in demo mode on free ports and resolves with its proxy address. */
-function startTether() {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s"], {
-      stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
-    });
-    let out = "";
-    const timer = setTimeout(() => reject(new Error(`tether did not start: ${out}`)), 30_000);
-    p.on("error", (e) => reject(new Error(`cannot run ${BIN} (cargo build first): ${e.message}`)));
-    p.on("exit", (code) => reject(new Error(`tether exited with ${code}: ${out}`)));
-    p.stdout.on("data", (d) => {
-      out += d;
-      const m = /tether on http:\/\/([\d.]+):(\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc: p, host: m[1], port: Number(m[2]) });
-      }
-    });
-  });
-}
 
-/** A TCP relay to tether whose connections the test can cut. */
-function relay(targetPort) {
-  const sockets = new Set();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(targetPort, "127.0.0.1");
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => {});
-      s.on("close", () => {
-        sockets.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  return new Promise((resolve) => {
-    server.listen(0, "127.0.0.1", () => {
-      resolve({
-        url: `http://127.0.0.1:${server.address().port}`,
-        /** Resets every open connection (both sides), as a dropped network would. */
-        cut() {
-          const n = sockets.size;
-          for (const s of sockets) s.resetAndDestroy ? s.resetAndDestroy() : s.destroy();
-          return n;
-        },
-        close: () => {
-          for (const s of sockets) s.destroy();
-          return new Promise((r) => server.close(r));
-        },
-      });
-    });
-  });
-}
 
 /** A page on `origin` (tether's, or the relay's) with the bundled agent script loaded. */
 async function agentPage(ctx, origin) {
@@ -219,7 +162,7 @@ before(async () => {
     logLevel: "warning",
   });
   bundle = readFileSync(outfile, "utf8");
-  const t = await startTether();
+  const t = await startTether(BIN);
   tether = t.proc;
   port = t.port;
   base = `http://${t.host}:${t.port}`;

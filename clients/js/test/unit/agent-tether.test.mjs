@@ -4,9 +4,7 @@
 // reading the same demo turn, each text delta applied once.
 
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import net from "node:net";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -14,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { HttpAgent } from "@ag-ui/client";
 
 import { TetherAgent } from "../../dist/tether-agent.js";
+import { relay as startRelay, startTether } from "../support/tether.mjs";
 
 const ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
 const BIN = process.env.TETHER_BIN ?? join(ROOT, "target/debug/tether");
@@ -23,56 +22,7 @@ let tether;
 let base;
 let relay;
 
-function startTether() {
-  return new Promise((resolve, reject) => {
-    const p = spawn(BIN, ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s"], {
-      stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
-    });
-    let out = "";
-    const timer = setTimeout(() => reject(new Error(`tether did not start: ${out}`)), 30_000);
-    p.on("error", (e) => reject(e));
-    p.stdout.on("data", (d) => {
-      out += d;
-      const m = /tether on http:\/\/([\d.]+):(\d+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        resolve({ proc: p, port: Number(m[2]) });
-      }
-    });
-  });
-}
 
-/** A TCP relay to tether whose connections `cut()` resets. */
-function startRelay(targetPort) {
-  const sockets = new Set();
-  const server = net.createServer((client) => {
-    const upstream = net.connect(targetPort, "127.0.0.1");
-    for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on("error", () => {});
-      s.on("close", () => {
-        sockets.delete(s);
-        client.destroy();
-        upstream.destroy();
-      });
-    }
-    client.pipe(upstream);
-    upstream.pipe(client);
-  });
-  return new Promise((resolve) => {
-    server.listen(0, "127.0.0.1", () =>
-      resolve({
-        url: `http://127.0.0.1:${server.address().port}`,
-        cut: () => sockets.forEach((s) => s.resetAndDestroy?.() ?? s.destroy()),
-        close: () => {
-          sockets.forEach((s) => s.destroy());
-          server.close();
-        },
-      }),
-    );
-  });
-}
 
 const USER = [{ id: "u1", role: "user", content: "hi" }];
 
@@ -95,7 +45,7 @@ function deltaCounter() {
 
 describe("TetherAgent against tether in demo mode", { skip }, () => {
   before(async () => {
-    tether = await startTether();
+    tether = await startTether(BIN);
     base = `http://127.0.0.1:${tether.port}`;
     relay = await startRelay(tether.port);
   });
