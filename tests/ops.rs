@@ -254,18 +254,34 @@ fn json_log_format_writes_one_json_object_per_line() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Every line up to the listening line (the open-files line comes first) is one JSON object.
     let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        let listening = line.contains("tether listening on");
+        lines.push(line);
+        if listening {
+            break;
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
-    let v: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
-    assert_eq!(v["level"], "INFO");
+    let last = lines.last().expect("log lines");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON log line");
+        assert!(v["ts"].is_string() && v["target"].is_string(), "{line}");
+        assert!(v["level"].is_string() && v["msg"].is_string(), "{line}");
+    }
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(v["level"], "INFO", "{last}");
     assert!(
         v["msg"].as_str().unwrap().contains("tether listening on"),
-        "{line}"
+        "{last}"
     );
-    assert!(v["ts"].is_string() && v["target"].is_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
