@@ -69,8 +69,7 @@ proptest! {
             bytes.push_str(&format!("data: {e}\n\n"));
         }
         let bytes = Bytes::from(bytes);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort();
+        let cuts = cuts_within(cuts, bytes.len());
         let full = check_recovery::<Agui>(F, &bytes, &cuts);
         prop_assert_eq!(full, Agui::of(&events));
     }

@@ -385,8 +385,7 @@ proptest! {
             all.push(e);
         }
         let bytes = Bytes::from(bytes);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort();
+        let cuts = cuts_within(cuts, bytes.len());
         let full = check_recovery::<Anthropic>(F, &bytes, &cuts);
         prop_assert_eq!(&full, &Anthropic::of(&all));
         let (run, ingest, _) = record(FormatChoice::Auto, &[bytes]);

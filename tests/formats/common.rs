@@ -87,6 +87,13 @@ pub fn split(bytes: &Bytes, cuts: &[usize]) -> Vec<Bytes> {
     out
 }
 
+/// Random read boundaries for `len` bytes: each taken modulo `len + 1`, sorted.
+pub fn cuts_within(cuts: Vec<usize>, len: usize) -> Vec<usize> {
+    let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (len + 1)).collect();
+    cuts.sort();
+    cuts
+}
+
 /// The events of a run's current snapshot and the seq it covers.
 pub fn snapshot(run: &Run) -> (u64, Vec<Value>, usize) {
     let cap = run.capture();

@@ -507,8 +507,7 @@ proptest! {
             bytes.push_str("data: [DONE]\n\n");
         }
         let bytes = Bytes::from(bytes);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort();
+        let cuts = cuts_within(cuts, bytes.len());
         let full = check_recovery::<Chat>(F, &bytes, &cuts);
         if done {
             all.push(json!({"type":"RAW","source":"sse","event":{"event":"message","data":"[DONE]"}}));

@@ -299,8 +299,7 @@ proptest! {
             .collect();
         prop_assert_eq!(values.len(), events.len());
         let bytes = Bytes::from(bytes);
-        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c % (bytes.len() + 1)).collect();
-        cuts.sort();
+        let cuts = cuts_within(cuts, bytes.len());
         let full = check_recovery::<Responses>(F, &bytes, &cuts);
         prop_assert_eq!(full, Responses::of(&values));
     }

@@ -17,22 +17,11 @@ import { fileURLToPath } from "node:url";
 
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
-import { relay, startTether } from "../support/tether.mjs";
+import { CHROMIUM, CHROMIUM_ARGS as ARGS, relay, startTether } from "../support/tether.mjs";
 
 const CLIENT = fileURLToPath(new URL("../../", import.meta.url));
 const ROOT = join(CLIENT, "../../");
 const BIN = process.env.TETHER_BIN ?? join(ROOT, "target/debug/tether");
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
-const ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const SLOW = 60; // ms between the demo backend's events: a turn of ~55 events takes ~3.3 s
 const PAGE = "/__agent-test"; // served by page.route, on tether's origin
 

@@ -13,22 +13,11 @@ import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { chromium } from "playwright-core";
-import { relay, startTether } from "../support/tether.mjs";
+import { CHROMIUM, CHROMIUM_ARGS as ARGS, relay, startTether } from "../support/tether.mjs";
 
 const ROOT = fileURLToPath(new URL("../../../../", import.meta.url));
 const BIN = process.env.TETHER_BIN ?? join(ROOT, "target/debug/tether");
-const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
 const ARTIFACTS = process.env.TETHER_ARTIFACTS ?? join(ROOT, "target/browser-artifacts");
-const ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const SLOW = 60; // ms between the demo backend's events: a turn of ~55 events takes ~3.3 s
 
 let tether;

@@ -1,8 +1,23 @@
-// The real tether binary and a cuttable TCP relay, for the tests that run against them (the
-// browser tests and the agent's end-to-end test).
+// The real tether binary, a cuttable TCP relay and Chromium's launch settings, for the tests that
+// run against them (the browser tests and the agent's end-to-end test).
 
 import { spawn } from "node:child_process";
 import net from "node:net";
+
+/** Debian's Chromium, or $CHROMIUM. */
+export const CHROMIUM = process.env.CHROMIUM ?? "/usr/bin/chromium";
+
+/** Chromium's flags on this closed network: headless, and none of its background connections. */
+export const CHROMIUM_ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
 
 /** Starts the tether binary `bin` in demo mode on free ports; resolves with its process and address. */
 export function startTether(bin) {
