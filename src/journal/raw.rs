@@ -148,3 +148,62 @@ impl RawLog {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(n: usize, id: Option<&str>, cursor: Option<i64>) -> Frame {
+        Frame {
+            bytes: Bytes::from(format!("data: {n:04}\n\n")),
+            id: id.map(|i| Bytes::copy_from_slice(i.as_bytes())),
+            cursor,
+            named: false,
+        }
+    }
+
+    #[test]
+    fn frames_are_read_by_index_and_the_oldest_go_past_the_cap() {
+        let mut log = RawLog::new(3 * (12 + FRAME_OVERHEAD));
+        (0..5).for_each(|n| log.push(frame(n, None, None)));
+        assert_eq!((log.first(), log.end()), (2, 5));
+        let read = log.read(3, 10);
+        assert_eq!(read.iter().map(|(i, _)| *i).collect::<Vec<_>>(), [3, 4]);
+        assert_eq!(&read[0].1[..], b"data: 0003\n\n");
+        assert_eq!(log.seek_index(1), Seek::Expired);
+        assert_eq!(log.seek_index(7), Seek::From(7));
+        assert_eq!(log.held(), 3 * (12 + FRAME_OVERHEAD));
+    }
+
+    #[test]
+    fn an_id_seeks_after_its_frame_and_an_id_never_seen_is_unknown_until_frames_were_dropped() {
+        let mut log = RawLog::new(1 << 20);
+        log.push(frame(0, Some("a"), None));
+        log.push(frame(1, Some("b"), None));
+        assert_eq!(log.seek_id(b"a"), Seek::From(1));
+        assert_eq!(log.seek_id(b"b"), Seek::From(2));
+        assert_eq!(log.seek_id(b"zz"), Seek::Unknown);
+        let mut small = RawLog::new(1);
+        small.push(frame(0, Some("a"), None));
+        small.push(frame(1, Some("b"), None));
+        assert_eq!(small.seek_id(b"a"), Seek::Expired);
+    }
+
+    #[test]
+    fn a_json_cursor_skips_null_frames_and_is_expired_below_every_value() {
+        let mut log = RawLog::new(1 << 20);
+        log.push(frame(0, None, Some(0)));
+        log.push(frame(1, None, None));
+        log.push(frame(2, None, Some(1)));
+        log.push(frame(3, None, None));
+        assert_eq!(log.seek_cursor(-1), Seek::From(0));
+        // After the frame with 0: the null frame is replayed in place.
+        assert_eq!(log.seek_cursor(0), Seek::From(1));
+        assert_eq!(log.seek_cursor(1), Seek::From(3));
+        // Past the head: wait for what comes next.
+        assert_eq!(log.seek_cursor(9), Seek::From(3));
+        let mut later = RawLog::new(1 << 20);
+        later.push(frame(0, None, Some(5)));
+        assert_eq!(later.seek_cursor(4), Seek::Expired);
+    }
+}
