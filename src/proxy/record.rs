@@ -268,7 +268,8 @@ impl Sidecar {
                 Ok(relay(session, header, &mut Source::Tee(tee)).await)
             }
             Ok(Head::Live { run, guard, .. }) if inject => {
-                let _attached = guard;
+                // The reader counts itself in from here on.
+                drop(guard);
                 let kind = DialectKind::LastEventId;
                 self.serve_verbatim(session, &run, Plan::From(0), kind, true, &owner)
                     .await
