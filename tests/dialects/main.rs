@@ -12,4 +12,6 @@ mod ai_sdk;
 mod eventsource;
 mod igraph;
 mod langgraph;
+mod openai_responses;
+mod preview_agents;
 mod workflows;
