@@ -120,7 +120,12 @@ impl Sidecar {
         owner: &crate::auth::Owner,
     ) -> Result<Target, ApiError> {
         let reg = &self.shared.registry;
-        let map = request::control_body(&route.chat_id, body)?;
+        // A stop that names its run by path, query or header may have no body at all (the
+        // OpenAI SDK's cancel, a DELETE): nothing in it is required.
+        let map = match body.is_empty() {
+            true => serde_json::Map::new(),
+            false => request::control_body(&route.chat_id, body)?,
+        };
         let cancel_id = match &route.cancel_request_id {
             Some(src) => first_key(std::slice::from_ref(src), parts, Some(&map))?,
             None => request::cancel_request_id(map.get("cancel_request_id"))?,

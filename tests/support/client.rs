@@ -240,6 +240,29 @@ impl Resp {
         .await
     }
 
+    /// The next SSE block as sent (its lines and the blank line), comment-only blocks skipped;
+    /// `None` when the body ends. For upstream formats whose data is not always JSON.
+    pub async fn block(&mut self) -> Option<Bytes> {
+        within("block", async {
+            loop {
+                if let Some(i) = self.body.windows(2).position(|w| w == b"\n\n") {
+                    let block = self.body.split_to(i + 2).freeze();
+                    if block
+                        .split(|b| *b == b'\n')
+                        .all(|l| l.is_empty() || l[0] == b':')
+                    {
+                        continue;
+                    }
+                    return Some(block);
+                }
+                if !self.fill().await {
+                    return None;
+                }
+            }
+        })
+        .await
+    }
+
     /// Reads until the raw body contains `needle` (comments included); false if it ended first.
     pub async fn read_until(&mut self, needle: &[u8]) -> bool {
         within("body text", async {
