@@ -107,8 +107,16 @@ pub async fn resume_first_byte(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
             format!("/r/lei/{run}"),
             format!("last-event-id: {run}:{}\r\n", half - 1),
         ),
-        ("frame_index", format!("/r/fi?runId={run}&startIndex={half}"), String::new()),
-        ("json_cursor", format!("/r/jc/{run}?after={half}"), String::new()),
+        (
+            "frame_index",
+            format!("/r/fi?runId={run}&startIndex={half}"),
+            String::new(),
+        ),
+        (
+            "json_cursor",
+            format!("/r/jc/{run}?after={half}"),
+            String::new(),
+        ),
     ];
     let mut rows = Vec::new();
     for (dialect, path, headers) in cases {

@@ -584,8 +584,14 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
         add(&mut rows, cold(bin, &p, 100_000).await);
     }
     if want(7) {
-        add(&mut rows, crate::dialects::resume_first_byte(bin, &p, 1_000).await);
-        add(&mut rows, crate::dialects::resume_first_byte(bin, &p, 10_000).await);
+        add(
+            &mut rows,
+            crate::dialects::resume_first_byte(bin, &p, 1_000).await,
+        );
+        add(
+            &mut rows,
+            crate::dialects::resume_first_byte(bin, &p, 10_000).await,
+        );
     }
     rows
 }

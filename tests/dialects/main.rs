@@ -9,6 +9,7 @@ mod support;
 mod common;
 
 mod ai_sdk;
+mod aliases;
 mod eventsource;
 mod igraph;
 mod langgraph;
