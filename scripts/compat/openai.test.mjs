@@ -115,7 +115,7 @@ test("a background response cut mid-stream resumes with retrieve(starting_after)
       if (got.length === cutAfter) assert.ok(net.cut() >= 1, "the relay had the stream open");
     }
   }, "the cut breaks the SDK's stream");
-  assert.equal(got.length, cutAfter);
+  assert.ok(got.length >= cutAfter && got.length < turn.events.length, `cut mid-turn after ${got.length} events`);
   const id = got[0].response.id;
   assert.equal(id, turn.id, "the id from response.created");
 
