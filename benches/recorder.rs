@@ -1,12 +1,12 @@
 //! Recorder hot paths: SSE bytes in → decoded → classified → framed into the window → compacted,
 //! against a plain copy of the same bytes, for every stream format; snapshot capture and
-//! serialization. It also prints each format's snapshot size for a 100,000-delta turn against
-//! the turn's text bytes.
+//! serialization, and the `from_start` dialect's rendering. It also prints each format's
+//! snapshot size and `from_start` size for a 100,000-delta turn against the turn's text bytes.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tether::config::Commit;
-use tether::dialect::protocol1;
+use tether::dialect::{from_start, protocol1};
 use tether::format::{Event, FormatKind};
 use tether::ingest::Ingest;
 use tether::journal::memory::DEFAULT_WINDOW;
@@ -116,11 +116,25 @@ fn benches(c: &mut Criterion) {
         g.bench_function(format!("append_100k_tokens_{name}"), |b| {
             b.iter(|| record_as(format, &tokens))
         });
-        let snap = record_as(format, &tokens).capture().history.len();
+        let cap = record_as(format, &tokens).capture();
+        let snap = cap.history.len();
         println!(
             "recorder/snapshot_size_100k_{name}: {snap} bytes for {text} text bytes ({:.3}x)",
             snap as f64 / text as f64
         );
+        // What the `from_start` dialect sends for the whole turn: the compacted history
+        // rendered as the upstream's own SSE frames.
+        let rendered = from_start::render(&cap).len();
+        println!(
+            "recorder/from_start_size_100k_{name}: {rendered} bytes for {text} text bytes ({:.3}x)",
+            rendered as f64 / text as f64
+        );
+        if format == FormatKind::AiSdk {
+            g.throughput(Throughput::Bytes(rendered as u64));
+            g.bench_function("from_start_render_100k_ai_sdk", |b| {
+                b.iter(|| from_start::render(&cap))
+            });
+        }
     }
 
     // Capture on a large run with many unmergeable events: cost must not grow with the run.

@@ -19,6 +19,17 @@ impl Owner {
     /// The single owner of every chat when auth is off.
     pub const NONE: Owner = Owner(None);
 
+    /// The owner's hash bytes (empty when auth is off), for binding into a resume token.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_ref().map_or(&[], |h| h.as_bytes())
+    }
+
+    /// An owner whose hash is that of `subject` (unkeyed; for tests).
+    #[cfg(test)]
+    pub fn of(subject: &[u8]) -> Owner {
+        Owner(Some(blake3::hash(subject)))
+    }
+
     /// Whether `other` is the same owner; constant time in the hash.
     pub fn is(&self, other: &Owner) -> bool {
         match (&self.0, &other.0) {

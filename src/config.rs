@@ -8,6 +8,7 @@
 mod file;
 mod flags;
 mod pattern;
+mod resume;
 mod route;
 mod source;
 
@@ -17,6 +18,9 @@ pub use crate::error::ConfigError;
 pub use file::{parse_file, AuthConf, Dur, File, Limits, Recorder, Server, Subject, Upstream};
 pub use flags::{Flags, LogFormat};
 pub use pattern::{Captures, RoutePath};
+pub use resume::{
+    Alias, Answer, Completed, DialectKind, Expired, Ids, OnNothing, OnlyIf, Resume, Tokens,
+};
 pub use route::{default_routes, match_route, Commit, OnMiss, Route, RouteConf, RouteKind};
 pub use source::KeySource;
 
@@ -48,6 +52,19 @@ pub struct Config {
     pub limits: Limits,
     /// Routes in match order.
     pub routes: Vec<Route>,
+    /// The raw record every run keeps, when a route reads raw frames.
+    pub raw: Option<RawRecord>,
+    /// The secret resume tokens are signed with.
+    pub secret: Vec<u8>,
+}
+
+/// The raw record's settings, derived from the routes that read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRecord {
+    /// Bytes of raw frames kept per run.
+    pub cap: usize,
+    /// The JSON pointer whose integer each frame is indexed by (`json_cursor` routes).
+    pub cursor_field: Option<String>,
 }
 
 impl Config {
@@ -105,6 +122,46 @@ impl Config {
         }
         Ok(cfg)
     }
+}
+
+/// `TETHER_AUTH_SECRET`, read from the environment only (a secret never goes on a command line).
+fn flags_secret() -> Option<String> {
+    std::env::var("TETHER_AUTH_SECRET")
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+/// The raw record, when a route reads raw frames: a resume route of a verbatim dialect (or
+/// `from_start`, whose live tail is raw), a record route with `resume_on` or injected ids.
+fn raw_record(routes: &[Route], cap: usize) -> Result<Option<RawRecord>, ConfigError> {
+    let mut field: Option<&str> = None;
+    let mut needed = false;
+    for (i, r) in routes.iter().enumerate() {
+        needed |= r.resume.is_some() || r.resume_on.is_some() || r.ids == Ids::Inject;
+        if let Some(f) = r.resume.as_ref().and_then(|x| x.cursor_field.as_deref()) {
+            match field {
+                Some(other) if other != f => {
+                    return Err(err(
+                        format!("routes[{i}].cursor_field"),
+                        format!(
+                            "every json_cursor route must compare one field ({other:?} and {f:?})"
+                        ),
+                    ))
+                }
+                _ => field = Some(f),
+            }
+        }
+    }
+    if needed && cap < 1024 {
+        return Err(err(
+            "recorder.max_raw_bytes_per_run",
+            "must be at least 1024",
+        ));
+    }
+    Ok(needed.then(|| RawRecord {
+        cap,
+        cursor_field: field.map(str::to_string),
+    }))
 }
 
 fn addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -176,6 +233,12 @@ impl File {
             routes.push(route::check(i, rc)?);
         }
         let serve_client = self.server.serve_client.unwrap_or(upstream.is_none());
+        let raw = raw_record(&routes, self.recorder.max_raw_bytes_per_run)?;
+        let secret = match (&flags_secret(), self.auth.secret.as_str()) {
+            (Some(s), _) => s.clone().into_bytes(),
+            (None, "") => rand::random::<[u8; 32]>().to_vec(),
+            (None, s) => s.as_bytes().to_vec(),
+        };
         Ok(Config {
             listen,
             upstream,
@@ -187,6 +250,8 @@ impl File {
             subject,
             limits: self.limits,
             routes,
+            raw,
+            secret,
         })
     }
 }

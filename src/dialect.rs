@@ -3,8 +3,14 @@
 //! client reads: the snapshot, each event, and the end.
 //!
 //! [`protocol1::Protocol1`] is tether's own protocol (`STREAM_SNAPSHOT`, `STREAM_EVENT`,
-//! `STREAM_END`). Each further client family is one file under `dialect/`. Pure: no I/O.
+//! `STREAM_END`). The drop-in dialects ([`Verbatim`]) answer a client in the upstream's own
+//! format from the run's raw record, one file each: [`from_start`], [`last_event_id`],
+//! [`frame_index`], [`json_cursor`]. Pure: no I/O.
 
+pub mod frame_index;
+pub mod from_start;
+pub mod json_cursor;
+pub mod last_event_id;
 pub mod protocol1;
 
 use std::fmt::Debug;
@@ -13,7 +19,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::compact::Capture;
-use crate::config::KeySource;
+use crate::config::{DialectKind, Expired, KeySource, Resume};
 use crate::error::ApiError;
 use crate::journal::End;
 use crate::request::Parts;
@@ -64,4 +70,72 @@ pub trait Dialect: Send + Sync + Debug {
 
     /// The run's end.
     fn end(&self, run_id: &str, end: &End) -> Bytes;
+}
+
+/// Where a verbatim resume starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// The compacted history rendered in the upstream's format, then the raw tail.
+    Render,
+    /// Raw frames from this index on.
+    From(u64),
+    /// A `200` stream that ends at once.
+    Empty,
+}
+
+/// Why a verbatim resume is answered by a status instead of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nothing to resume (the dialect's "nothing" answer).
+    Nothing,
+    /// The cursor names nothing the run ever had (a new turn, for `resume_on`).
+    Unknown,
+    /// The cursor's frames are no longer kept; answered as configured.
+    Expired(Expired),
+}
+
+/// One client family's resume: where its cursor lands in a run's raw record.
+pub trait Verbatim: Send + Sync + Debug {
+    /// The dialect, as configured and as a metric label.
+    fn kind(&self) -> DialectKind;
+
+    /// Where the client's resume of `run` starts, given its cursor as sent (`None`: none sent).
+    /// A malformed cursor is an [`ApiError`] (400).
+    fn plan(
+        &self,
+        run: &crate::run::Run,
+        cursor: Option<&str>,
+    ) -> Result<Result<Plan, Refusal>, ApiError>;
+}
+
+/// The dialect of a resume route.
+pub fn verbatim(resume: &Resume) -> Box<dyn Verbatim> {
+    match resume.dialect {
+        DialectKind::FromStart | DialectKind::Protocol1 => Box::new(from_start::FromStart {
+            completed: resume.completed,
+        }),
+        DialectKind::LastEventId => Box::new(last_event_id::LastEventId {
+            expired: resume.expired,
+        }),
+        DialectKind::FrameIndex => Box::new(frame_index::FrameIndex),
+        DialectKind::JsonCursor => Box::new(json_cursor::JsonCursor {
+            expired: resume.expired,
+        }),
+    }
+}
+
+/// A run's end as the raw record sees it: whether the reader is at the end of an ended run.
+fn at_end(run: &crate::run::Run, index: u64) -> bool {
+    run.end().is_some()
+        && run
+            .read_raw(index, 0)
+            .is_some_and(|r| r.next >= index && r.end.is_some())
+}
+
+/// The answer to an expired cursor: the `from_start` rendering, or the configured status.
+fn expired(e: Expired) -> Result<Plan, Refusal> {
+    match e {
+        Expired::FromStart => Ok(Plan::Render),
+        other => Err(Refusal::Expired(other)),
+    }
 }

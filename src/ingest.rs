@@ -9,9 +9,13 @@ use bytes::Bytes;
 
 use crate::config::Commit;
 use crate::format::{detect_from_event, Event, Format, FormatKind};
+use crate::journal::raw::Frame;
 use crate::journal::{End, EndReason};
 use crate::metrics::Outcome;
-use crate::sse::{Decoded, Decoder};
+use crate::sse::{Decoded, Decoder, RawFrame};
+
+/// Events searched for `event:` aliases before giving up on the ones not found.
+const ALIAS_SEARCH_EVENTS: u64 = 64;
 
 /// How the upstream read loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +57,13 @@ pub struct Ingest {
     committed: bool,
     events: u64,
     bytes: u64,
+    /// Raw frames are kept: the cursor field each frame is indexed by.
+    raw: Option<Option<String>>,
+    raw_out: Vec<Frame>,
+    raw_in: Vec<RawFrame>,
+    /// `event:` alias pointers not found yet.
+    alias_pointers: Vec<String>,
+    aliases_found: Vec<String>,
 }
 
 impl Ingest {
@@ -70,7 +81,37 @@ impl Ingest {
             committed: false,
             events: 0,
             bytes: 0,
+            raw: None,
+            raw_out: Vec::new(),
+            raw_in: Vec::new(),
+            alias_pointers: Vec::new(),
+            aliases_found: Vec::new(),
         }
+    }
+
+    /// Also keeps each event's raw frame ([`Self::take_raw`]), indexed by the integer at
+    /// `cursor_field` in its JSON when given.
+    pub fn keep_raw(mut self, cursor_field: Option<String>) -> Self {
+        self.decoder = std::mem::replace(&mut self.decoder, Decoder::new(1)).keep_raw();
+        self.raw = Some(cursor_field);
+        self
+    }
+
+    /// Also looks for a string or number at each of these JSON pointers in the first events
+    /// ([`Self::take_aliases`]): each pointer's first value is the run's alias.
+    pub fn find_aliases(mut self, pointers: Vec<String>) -> Self {
+        self.alias_pointers = pointers;
+        self
+    }
+
+    /// The raw frames of the last [`Self::feed`], one per event of its batch.
+    pub fn take_raw(&mut self) -> Vec<Frame> {
+        std::mem::take(&mut self.raw_out)
+    }
+
+    /// Aliases found since the last call.
+    pub fn take_aliases(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.aliases_found)
     }
 
     /// The run's format, once known.
@@ -86,9 +127,32 @@ impl Ingest {
         self.bytes += chunk.len() as u64;
         self.decoded.clear();
         self.decoder.feed(chunk, &mut self.decoded);
+        self.raw_in.clear();
+        self.raw_in.extend(self.decoder.take_raw());
+        let mut raw_in = std::mem::take(&mut self.raw_in);
+        let mut raws = raw_in.drain(..);
         for d in self.decoded.drain(..) {
             match d {
                 Decoded::Event(e) => {
+                    if let (Some(field), Some(r)) = (&self.raw, raws.next()) {
+                        self.raw_out.push(Frame {
+                            bytes: r.bytes,
+                            id: e.id.clone(),
+                            cursor: field.as_deref().and_then(|f| int_at(&e.data, f)),
+                            named: r.named,
+                        });
+                    }
+                    if !self.alias_pointers.is_empty() {
+                        if self.events + batch.len() as u64 >= ALIAS_SEARCH_EVENTS {
+                            self.alias_pointers.clear();
+                        } else {
+                            find_aliases(
+                                &e.data,
+                                &mut self.alias_pointers,
+                                &mut self.aliases_found,
+                            );
+                        }
+                    }
                     let format = *self
                         .format
                         .get_or_insert_with(|| detect_from_event(&e).format());
@@ -104,6 +168,8 @@ impl Ingest {
                 Decoded::Oversized { bytes } => fed.oversized.push(bytes),
             }
         }
+        drop(raws);
+        self.raw_in = raw_in;
         self.events += batch.len() as u64;
         fed
     }
@@ -161,6 +227,33 @@ pub fn outcome(end: &End, ending: Ending) -> Outcome {
     } else {
         Outcome::NotPersisted
     }
+}
+
+/// The integer at `pointer` in the JSON `data`, if it has one.
+fn int_at(data: &[u8], pointer: &str) -> Option<i64> {
+    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+    v.pointer(pointer)?.as_i64()
+}
+
+/// Moves every pointer with a string or number in the JSON `data` from `pointers` to `found`.
+fn find_aliases(data: &[u8], pointers: &mut Vec<String>, found: &mut Vec<String>) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    pointers.retain(|p| {
+        let hit = match v.pointer(p) {
+            Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+            Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        match hit {
+            Some(h) => {
+                found.push(h);
+                false
+            }
+            None => true,
+        }
+    });
 }
 
 /// Whether `ev` is the event a `commit = event:<TYPE>[:<name>]` route waits for.

@@ -7,6 +7,7 @@
 //! trait. Pure: no I/O, no Pingora.
 
 pub mod memory;
+pub mod raw;
 
 use std::fmt::Debug;
 
@@ -17,6 +18,7 @@ use tokio::time::Instant;
 use crate::compact::Capture;
 use crate::format::Event;
 use crate::metrics::label_enum;
+use raw::{Frame, Seek};
 
 label_enum! {
     /// Why a run ended without its answer being persisted: the `reason` of `STREAM_END`.
@@ -120,6 +122,35 @@ pub struct SnapshotCapture {
     pub history: Capture,
     /// The terminal state, if the run had ended at capture time.
     pub end: Option<End>,
+    /// The raw record's next frame index at capture time: the live tail after the snapshot
+    /// starts there.
+    pub raw_end: u64,
+    /// Whether the upstream used `event:` lines (known from the raw record).
+    pub named: bool,
+}
+
+/// What a read of the raw record returns.
+#[derive(Debug, Default)]
+pub struct RawRead {
+    /// Frames from the requested index on, each with its index.
+    pub frames: Vec<(u64, Bytes)>,
+    /// The index after the last frame returned.
+    pub next: u64,
+    /// The run's terminal state, once `next` reached the record's end after the run ended.
+    pub end: Option<End>,
+    /// The requested frames are no longer kept.
+    pub expired: bool,
+}
+
+/// A cursor into the raw record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekBy<'a> {
+    /// The frame index the client wants next.
+    Index(u64),
+    /// After the frame with this SSE event id.
+    Id(&'a [u8]),
+    /// After the frame with this cursor-field value (`-1`: from the start).
+    Cursor(i64),
 }
 
 /// Result of appending a batch of events.
@@ -135,7 +166,19 @@ pub struct Appended {
 pub trait Journal: Send + Sync + Debug {
     /// Records a batch of events (one upstream read) and wakes readers once. Events arriving
     /// after the run's end (a superseded run) are not recorded: `events` says how many were.
-    fn append(&self, events: &[Event]) -> Appended;
+    fn append(&self, events: &[Event]) -> Appended {
+        self.append_raw(events, Vec::new())
+    }
+
+    /// [`Self::append`], with the batch's raw frames for the raw record (kept only when the
+    /// journal keeps one).
+    fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended;
+
+    /// Raw frames from index `from` on, up to `max`; `None` when no raw record is kept.
+    fn read_raw(&self, from: u64, max: usize) -> Option<RawRead>;
+
+    /// Where a cursor lands in the raw record; `None` when no raw record is kept.
+    fn seek(&self, by: SeekBy<'_>) -> Option<Seek>;
 
     /// The frames after `after`, up to `max` of them, or why the window cannot serve them.
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss>;

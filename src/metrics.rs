@@ -82,8 +82,29 @@ label_enum! {
         Replay => "replay",
         /// 204: nothing to attach to.
         NoContent => "no_content",
-        /// The cursor was the ended run's last seq: just `STREAM_END`.
+        /// The cursor was the ended run's last seq: just `STREAM_END` (a verbatim dialect: a
+        /// `200` stream that ends at once).
         EndOnly => "end_only",
+        /// 404: no such run (a verbatim dialect's unknown run or expired cursor).
+        NotFound => "not_found",
+        /// The cursor's frames are no longer kept, answered by the dialect's `expired` status.
+        Expired => "expired",
+    }
+}
+
+label_enum! {
+    /// How a client family resumes: the `dialect` of a route, and the `dialect` metric label.
+    pub enum DialectKind {
+        /// tether's own protocol (attach routes).
+        Protocol1 => "protocol1",
+        /// The compacted history in the upstream's format, then the live tail.
+        FromStart => "from_start",
+        /// Raw frames after an SSE event id (`Last-Event-ID`).
+        LastEventId => "last_event_id",
+        /// Raw frames from a frame index (`startIndex`).
+        FrameIndex => "frame_index",
+        /// Raw frames after the frame whose JSON field equals the cursor.
+        JsonCursor => "json_cursor",
     }
 }
 
@@ -145,6 +166,43 @@ impl<L: Label> Counters<L> {
     }
 }
 
+/// A counter family with two labels from the bounded sets `A` and `B`.
+#[derive(Debug, Clone)]
+pub struct Pairs<A, B> {
+    vec: IntCounterVec,
+    _labels: PhantomData<(A, B)>,
+}
+
+impl<A: Label, B: Label> Pairs<A, B> {
+    /// The counter of `(a, b)`.
+    pub fn get(&self, a: A, b: B) -> IntCounter {
+        self.vec.with_label_values(&[a.as_str(), b.as_str()])
+    }
+
+    /// Adds one to `(a, b)`.
+    pub fn inc(&self, a: A, b: B) {
+        self.get(a, b).inc();
+    }
+}
+
+fn pairs<A: Label, B: Label>(
+    reg: &Registry,
+    name: &str,
+    help: &str,
+    labels: [&str; 2],
+) -> Pairs<A, B> {
+    let vec = counter_vec(reg, name, help, &labels);
+    for a in A::all() {
+        for b in B::all() {
+            vec.with_label_values(&[a.as_str(), b.as_str()]);
+        }
+    }
+    Pairs {
+        vec,
+        _labels: PhantomData,
+    }
+}
+
 /// Every family tether exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -157,10 +215,10 @@ pub struct Metrics {
     pub runs_finished: Counters<Outcome>,
     /// `tether_observers_active`.
     pub observers_active: IntGauge,
-    /// `tether_attach_total{result}`.
-    pub attach: Counters<AttachResult>,
-    /// `tether_snapshot_resets_total{reason}`.
-    pub snapshot_resets: Counters<ResetReason>,
+    /// `tether_attach_total{dialect,result}`.
+    pub attach: Pairs<DialectKind, AttachResult>,
+    /// `tether_snapshot_resets_total{dialect,reason}`.
+    pub snapshot_resets: Pairs<DialectKind, ResetReason>,
     /// `tether_observer_lag_events`: head seq minus the seq just written, at each write.
     pub observer_lag: Histogram,
     /// `tether_delivery_delay_seconds`: upstream arrival to write to an observer.
@@ -261,17 +319,17 @@ impl Metrics {
                 "outcome",
             ),
             observers_active: gauge(&r, "tether_observers_active", "Clients reading a run"),
-            attach: counters::<AttachResult>(
+            attach: pairs(
                 &r,
                 "tether_attach_total",
-                "Attach answers, by how the observer started",
-                "result",
+                "Attach and resume answers, by dialect and how the reader started",
+                ["dialect", "result"],
             ),
-            snapshot_resets: counters::<ResetReason>(
+            snapshot_resets: pairs(
                 &r,
                 "tether_snapshot_resets_total",
-                "Replacement snapshots sent instead of replay, by reason",
-                "reason",
+                "Replacement snapshots sent instead of replay, by dialect and reason",
+                ["dialect", "reason"],
             ),
             observer_lag: histogram(
                 &r,
@@ -373,8 +431,8 @@ mod tests {
             "tether_runs_started_total{format=\"agui\",route=\"/chat\"} 1",
             "tether_runs_finished_total{outcome=\"cancelled\"} 0",
             "tether_observers_active",
-            "tether_attach_total{result=\"end_only\"} 0",
-            "tether_snapshot_resets_total{reason=\"future_cursor\"} 0",
+            "tether_attach_total{dialect=\"protocol1\",result=\"end_only\"} 0",
+            "tether_snapshot_resets_total{dialect=\"protocol1\",reason=\"future_cursor\"} 0",
             "tether_observer_lag_events_count 1",
             "tether_delivery_delay_seconds_bucket",
             "tether_upstream_events_total",

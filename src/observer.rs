@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::compact::Capture;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::Dialect;
-use crate::metrics::{Metrics, ResetReason};
+use crate::metrics::{DialectKind, Metrics, ResetReason};
 use crate::run::{ObserverGuard, Run};
 use crate::sse::KEEPALIVE;
 
@@ -160,7 +160,9 @@ async fn write_loop<S: Sink>(
             }
             Err(_) => {
                 // Fell out of the window (a slow reader): reset from a fresh snapshot.
-                metrics.snapshot_resets.inc(ResetReason::Lagged);
+                metrics
+                    .snapshot_resets
+                    .inc(DialectKind::Protocol1, ResetReason::Lagged);
                 debug!(
                     "observer of run {} lagged at {cursor}; reset by snapshot",
                     run.id()

@@ -8,6 +8,7 @@ mod assets;
 mod attach;
 mod control;
 mod record;
+mod resume;
 mod session;
 mod shared;
 
@@ -104,6 +105,7 @@ impl ProxyHttp for Sidecar {
             RouteKind::Stop => self.stop(session, &m).await,
             RouteKind::Status => self.status(session, &m).await,
             RouteKind::Annotate => self.annotate(session, &m).await,
+            RouteKind::Resume => self.resume(session, &m).await,
         };
         finish(session, handled).await
     }

@@ -17,7 +17,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::auth::Owner;
+use crate::auth::{Auth, Owner};
 use crate::run::Run;
 
 /// Superseded runs kept per chat for cursor reads (the oldest goes first).
@@ -99,6 +99,9 @@ pub enum Busy {
 #[derive(Debug)]
 pub struct Registry {
     chats: DashMap<String, Chat>,
+    /// Runs by id: tether's run id and each alias, scoped by owner ([`Auth::scope`]) → the
+    /// chat's scope and the run.
+    ids: DashMap<String, (String, Arc<Run>)>,
     live: watch::Sender<u64>,
     retention: Duration,
     max_chats: usize,
@@ -151,6 +154,11 @@ impl Pending {
     pub fn scope(&self) -> &str {
         &self.scope
     }
+
+    /// Who registered the run.
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
 }
 
 impl Registry {
@@ -159,6 +167,7 @@ impl Registry {
     pub fn new(retention: Duration, max_chats: usize) -> Arc<Self> {
         Arc::new(Registry {
             chats: DashMap::new(),
+            ids: DashMap::new(),
             live: watch::channel(0).0,
             retention,
             max_chats,
@@ -249,9 +258,31 @@ impl Registry {
             }
             superseded
         };
+        self.index(&pending.owner, run.id(), &pending.scope, &run);
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.notify();
         superseded
+    }
+
+    /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
+    /// alias (the backend's id for the run). A later run with the same alias takes it over.
+    pub fn index(&self, owner: &Owner, id: &str, scope: &str, run: &Arc<Run>) {
+        let key = Auth::scope(owner, id);
+        run.add_index_key(&key);
+        self.ids.insert(key, (scope.to_string(), run.clone()));
+    }
+
+    /// A run by tether's run id or an alias, with its chat's scope, if `owner` recorded it.
+    pub fn by_id(&self, owner: &Owner, id: &str) -> Option<(String, Arc<Run>)> {
+        self.maybe_sweep();
+        let entry = self.ids.get(&Auth::scope(owner, id))?;
+        let found = entry.value().clone();
+        drop(entry);
+        // A run the registry let go of is no longer reachable.
+        self.chats
+            .get(&found.0)
+            .filter(|c| c.owner.is(owner) && c.runs().any(|r| Arc::ptr_eq(r, &found.1)))?;
+        Some(found)
     }
 
     fn chat(
@@ -351,6 +382,10 @@ impl Registry {
     }
 
     fn forget(&self, run: &Run) {
+        for key in run.index_keys() {
+            self.ids
+                .remove_if(&key, |_, (_, r)| std::ptr::eq(Arc::as_ptr(r), run));
+        }
         self.runs.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(run.bytes() as i64, Ordering::Relaxed);
     }

@@ -284,25 +284,28 @@ pub fn stop(from: &KeySource, body: &[u8], parts: &Parts<'_>) -> Result<StopRequ
     let m = control_body(from, body)?;
     let chat_id = chat_id(from, parts, Some(&m))?;
     let run_id = run_id_value(m.get("run_id"))?;
-    let cancel_request_id = match m.get("cancel_request_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s))
-            if !s.is_empty() && s.len() <= MAX_CANCEL_ID && !s.chars().any(char::is_control) =>
-        {
-            Some(s.clone())
-        }
-        Some(_) => {
-            return Err(ApiError::new(
-                Code::InvalidCancelRequestId,
-                format!("cancel_request_id must be a string of 1 to {MAX_CANCEL_ID} bytes"),
-            ))
-        }
-    };
+    let cancel_request_id = cancel_request_id(m.get("cancel_request_id"))?;
     Ok(StopRequest {
         chat_id,
         run_id,
         cancel_request_id,
     })
+}
+
+/// A `cancel_request_id` value: absent, or a string of 1–128 bytes without control characters.
+pub fn cancel_request_id(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s))
+            if !s.is_empty() && s.len() <= MAX_CANCEL_ID && !s.chars().any(char::is_control) =>
+        {
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(ApiError::new(
+            Code::InvalidCancelRequestId,
+            format!("cancel_request_id must be a string of 1 to {MAX_CANCEL_ID} bytes"),
+        )),
+    }
 }
 
 /// Parses a status request (no body is read). A `body:<field>` route reads the query parameter

@@ -42,6 +42,14 @@ pub struct Run {
     finished_at: Mutex<Option<Instant>>,
     stop: Notify,
     stop_reason: Mutex<Option<EndReason>>,
+    /// The registry's id-index keys of this run (its id and aliases), removed with it.
+    index_keys: Mutex<Vec<String>>,
+    /// The run's first alias, when the backend named it.
+    alias: Mutex<Option<String>>,
+    /// The upstream's response header, replayed to verbatim readers.
+    header: Mutex<Option<Arc<pingora_http::ResponseHeader>>>,
+    /// The resume-token headers its record route hands out.
+    tokens: Mutex<Option<crate::config::Tokens>>,
 }
 
 impl Run {
@@ -67,7 +75,58 @@ impl Run {
             finished_at: Mutex::new(None),
             stop: Notify::new(),
             stop_reason: Mutex::new(None),
+            index_keys: Mutex::new(Vec::new()),
+            alias: Mutex::new(None),
+            header: Mutex::new(None),
+            tokens: Mutex::new(None),
         }
+    }
+
+    /// Sets the resume-token headers of the run's responses.
+    pub fn set_tokens(&self, tokens: crate::config::Tokens) {
+        *self.tokens.lock() = Some(tokens);
+    }
+
+    /// The resume-token headers of the run's responses, if its route hands them out.
+    pub fn tokens(&self) -> Option<crate::config::Tokens> {
+        self.tokens.lock().clone()
+    }
+
+    /// A new, live run whose journal also keeps a raw record of `raw_cap` bytes when given.
+    pub fn with_raw(id: impl Into<String>, window: usize, raw_cap: Option<usize>) -> Self {
+        let id = id.into();
+        let journal = Box::new(MemoryJournal::with_raw(&id, window, raw_cap));
+        Run::with_journal(id, journal)
+    }
+
+    /// Remembers a registry id-index key of this run.
+    pub fn add_index_key(&self, key: &str) {
+        self.index_keys.lock().push(key.to_string());
+    }
+
+    /// The registry id-index keys of this run.
+    pub fn index_keys(&self) -> Vec<String> {
+        self.index_keys.lock().clone()
+    }
+
+    /// Records the backend's name for the run (the first one wins).
+    pub fn set_alias(&self, alias: &str) {
+        self.alias.lock().get_or_insert_with(|| alias.to_string());
+    }
+
+    /// The backend's name for the run, if it has one.
+    pub fn alias(&self) -> Option<String> {
+        self.alias.lock().clone()
+    }
+
+    /// Keeps the upstream's response header for verbatim readers.
+    pub fn set_header(&self, header: pingora_http::ResponseHeader) {
+        *self.header.lock() = Some(Arc::new(header));
+    }
+
+    /// The upstream's response header, once the run went live.
+    pub fn header(&self) -> Option<Arc<pingora_http::ResponseHeader>> {
+        self.header.lock().clone()
     }
 
     /// The transport run id.
@@ -135,6 +194,21 @@ impl Run {
     /// Records a batch of events; see [`Journal::append`].
     pub fn append(&self, events: &[Event]) -> Appended {
         self.journal.append(events)
+    }
+
+    /// Records a batch of events with their raw frames; see [`Journal::append_raw`].
+    pub fn append_raw(&self, events: &[Event], raw: Vec<crate::journal::raw::Frame>) -> Appended {
+        self.journal.append_raw(events, raw)
+    }
+
+    /// Raw frames from `from` on; see [`Journal::read_raw`].
+    pub fn read_raw(&self, from: u64, max: usize) -> Option<crate::journal::RawRead> {
+        self.journal.read_raw(from, max)
+    }
+
+    /// Where a cursor lands in the raw record; see [`Journal::seek`].
+    pub fn seek(&self, by: crate::journal::SeekBy<'_>) -> Option<crate::journal::raw::Seek> {
+        self.journal.seek(by)
     }
 
     /// The frames after `after`; see [`Journal::read_after`].

@@ -12,6 +12,11 @@
 //! without copying. An event larger than the configured cap is dropped, reported once as
 //! [`Decoded::Oversized`], and decoding resumes at the next event; the decoder never buffers
 //! more than the cap.
+//!
+//! With [`Decoder::keep_raw`], the decoder also keeps each dispatched event's own frame (its
+//! `event`, `id` and `data` lines in their order, each ended by `\n`, then the blank line;
+//! comments, `retry` and unknown fields left out) for verbatim replay: [`Decoder::take_raw`]
+//! hands them out, one per [`Decoded::Event`], in order.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -80,6 +85,21 @@ pub struct Decoder {
     /// Dropping an oversized event: skip everything up to the next blank line.
     discarding: bool,
     dropped: u64,
+    /// The frame being built, when raw frames are kept.
+    raw: Option<BytesMut>,
+    /// Whether the frame being built has an `event` line.
+    raw_named: bool,
+    /// Raw frames of the events dispatched since the last [`Decoder::take_raw`].
+    raw_out: Vec<RawFrame>,
+}
+
+/// One event's own frame, as the upstream sent it (line endings normalized to `\n`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawFrame {
+    /// The frame's `event`, `id` and `data` lines and the blank line that ends it.
+    pub bytes: Bytes,
+    /// Whether the frame has an `event` line.
+    pub named: bool,
 }
 
 impl Decoder {
@@ -98,7 +118,22 @@ impl Decoder {
             retry: None,
             discarding: false,
             dropped: 0,
+            raw: None,
+            raw_named: false,
+            raw_out: Vec::new(),
         }
+    }
+
+    /// Also keeps each event's own frame (see the module docs).
+    pub fn keep_raw(mut self) -> Self {
+        self.raw = Some(BytesMut::new());
+        self
+    }
+
+    /// The raw frames of the events dispatched since the last call, one per
+    /// [`Decoded::Event`], in order (empty unless [`Self::keep_raw`]).
+    pub fn take_raw(&mut self) -> std::vec::Drain<'_, RawFrame> {
+        self.raw_out.drain(..)
     }
 
     /// The reconnection time last set by a valid `retry` field, in milliseconds.
@@ -239,6 +274,12 @@ impl Decoder {
         if line.first() == Some(&b':') {
             return; // comment
         }
+        let keep = |raw: &mut Option<BytesMut>| {
+            if let Some(r) = raw {
+                r.extend_from_slice(line);
+                r.put_u8(b'\n');
+            }
+        };
         let (name, value_start) = match memchr::memchr(b':', line) {
             Some(c) => {
                 let mut v = start + c + 1;
@@ -272,9 +313,15 @@ impl Decoder {
                     }
                 };
                 self.data_lines += 1;
+                keep(&mut self.raw);
             }
-            b"event" => self.event_type = Some(src.slice(value_start..end)),
+            b"event" => {
+                self.event_type = Some(src.slice(value_start..end));
+                self.raw_named = true;
+                keep(&mut self.raw);
+            }
             b"id" => {
+                keep(&mut self.raw);
                 let v = &src[value_start..end];
                 if memchr::memchr(0, v).is_none() {
                     self.last_id = if v.is_empty() {
@@ -306,6 +353,13 @@ impl Decoder {
         };
         let event = self.event_type.take().filter(|t| !t.is_empty());
         self.data_lines = 0;
+        if let Some(r) = &mut self.raw {
+            r.put_u8(b'\n');
+            self.raw_out.push(RawFrame {
+                bytes: r.split().freeze(),
+                named: std::mem::take(&mut self.raw_named),
+            });
+        }
         out.push(Decoded::Event(SseEvent {
             event,
             data,
@@ -325,6 +379,10 @@ impl Decoder {
         self.data = Data::Empty;
         self.data_lines = 0;
         self.event_type = None;
+        self.raw_named = false;
+        if let Some(r) = &mut self.raw {
+            r.clear();
+        }
     }
 }
 

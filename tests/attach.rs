@@ -36,7 +36,7 @@ async fn no_cursor_active_run_gets_snapshot_then_live_events_then_end() {
     assert_eq!(rest.last().unwrap().json["persisted"], true);
     assert_eq!(
         tether
-            .metric("tether_attach_total{result=\"snapshot\"}")
+            .metric("tether_attach_total{dialect=\"protocol1\",result=\"snapshot\"}")
             .await,
         1.0
     );
@@ -76,7 +76,7 @@ async fn no_cursor_completed_runs_get_204_when_persisted_and_snapshot_with_end_w
     assert_eq!(f[1].json["persisted"], false);
     assert_eq!(
         tether
-            .metric("tether_attach_total{result=\"no_content\"}")
+            .metric("tether_attach_total{dialect=\"protocol1\",result=\"no_content\"}")
             .await,
         1.0
     );
@@ -149,13 +149,13 @@ async fn a_cursor_inside_the_window_replays_without_snapshot_and_at_the_head_get
     );
     assert_eq!(
         tether
-            .metric("tether_attach_total{result=\"end_only\"}")
+            .metric("tether_attach_total{dialect=\"protocol1\",result=\"end_only\"}")
             .await,
         1.0
     );
     assert_eq!(
         tether
-            .metric("tether_attach_total{result=\"replay\"}")
+            .metric("tether_attach_total{dialect=\"protocol1\",result=\"replay\"}")
             .await,
         1.0
     );
@@ -221,7 +221,8 @@ async fn unknown_run_future_cursor_and_expired_cursor_get_a_replacement_snapshot
             Reduced::of(frames[0].json["events"].as_array().unwrap()),
             full
         );
-        let sample = format!("tether_snapshot_resets_total{{reason=\"{reason}\"}}");
+        let sample =
+            format!("tether_snapshot_resets_total{{dialect=\"protocol1\",reason=\"{reason}\"}}");
         assert_eq!(tether.metric(&sample).await, 1.0, "{reason}");
     }
     // No run at all for the chat: 204.
@@ -284,7 +285,7 @@ async fn a_slow_reader_is_reset_by_snapshot_and_still_reduces_to_the_full_stream
     assert_eq!(st, Reduced::of(&events));
     assert!(
         tether
-            .metric("tether_snapshot_resets_total{reason=\"lagged\"}")
+            .metric("tether_snapshot_resets_total{dialect=\"protocol1\",reason=\"lagged\"}")
             .await
             >= 1.0
     );

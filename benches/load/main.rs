@@ -10,6 +10,7 @@
 #![allow(clippy::disallowed_types)]
 
 mod client;
+mod dialects;
 mod producer;
 mod scenarios;
 mod targets;

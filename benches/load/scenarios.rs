@@ -399,7 +399,7 @@ async fn resume(bin: &str, p: &Producer, n: u64, rate: u64) -> Vec<Row> {
 /// Starts a run of `n` events of `size` bytes on `chat` that stays live after its last event
 /// (`hold=1`), and reads it to that event. The connection must stay open until the producer is
 /// released.
-async fn held_run(
+pub(crate) async fn held_run(
     addr: SocketAddr,
     chat: &str,
     n: u64,
@@ -582,6 +582,10 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
     }
     if want(6) {
         add(&mut rows, cold(bin, &p, 100_000).await);
+    }
+    if want(7) {
+        add(&mut rows, crate::dialects::resume_first_byte(bin, &p, 1_000).await);
+        add(&mut rows, crate::dialects::resume_first_byte(bin, &p, 10_000).await);
     }
     rows
 }

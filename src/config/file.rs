@@ -101,6 +101,8 @@ pub struct Recorder {
     pub max_event_bytes: usize,
     /// Cap of the `wait_ms` an attach may ask for.
     pub max_wait: Dur,
+    /// Bytes of raw upstream frames kept per run for the verbatim resume dialects.
+    pub max_raw_bytes_per_run: usize,
 }
 
 impl Default for Recorder {
@@ -112,6 +114,7 @@ impl Default for Recorder {
             max_body_bytes: 1 << 20,
             max_event_bytes: 8 << 20,
             max_wait: Dur(Duration::from_secs(30)),
+            max_raw_bytes_per_run: 16 << 20,
         }
     }
 }
@@ -122,12 +125,16 @@ impl Default for Recorder {
 pub struct AuthConf {
     /// `none`, `header:<Name>`, `cookie:<name>` or `authorization`.
     pub subject: String,
+    /// The secret resume tokens are signed with (shared by every replica); empty: a random one
+    /// per process.
+    pub secret: String,
 }
 
 impl Default for AuthConf {
     fn default() -> Self {
         AuthConf {
             subject: "none".into(),
+            secret: String::new(),
         }
     }
 }

@@ -6,7 +6,12 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use super::file::Dur;
 use super::pattern::{Captures, RoutePath};
+use super::resume::{
+    Alias, Answer, Completed, DialectKind, Expired, Ids, OnNothing, OneOrMany, OnlyIf, Resume,
+    Tokens,
+};
 use super::source::KeySource;
 use crate::error::ConfigError;
 use crate::format::FormatChoice;
@@ -25,6 +30,8 @@ pub enum RouteKind {
     Status,
     /// Forward, and on 2xx append a `tether.resolution` CUSTOM event to the chat's active run.
     Annotate,
+    /// Serve a run to a client in its own resume dialect (`dialect`).
+    Resume,
     /// Plain reverse proxy (also what unmatched requests get).
     Passthrough,
 }
@@ -85,6 +92,57 @@ pub struct RouteConf {
     /// `anthropic` or `ai_sdk`.
     #[serde(default = "default_format")]
     pub format: String,
+    /// Resume routes: `from_start`, `last_event_id`, `frame_index` or `json_cursor`.
+    #[serde(default)]
+    pub dialect: Option<String>,
+    /// Resume, stop and status routes: the source(s) naming the run (tether's id or an alias).
+    #[serde(default)]
+    pub run: Option<OneOrMany>,
+    /// Resume routes: where the cursor is.
+    #[serde(default)]
+    pub cursor: Option<String>,
+    /// `json_cursor`: the JSON pointer compared with the cursor.
+    #[serde(default)]
+    pub cursor_field: Option<String>,
+    /// `last_event_id` (and `resume_on`): `no_content` or `empty_stream`.
+    #[serde(default)]
+    pub on_nothing: OnNothing,
+    /// `from_start`: `no_content` or `replay` for a completed run.
+    #[serde(default)]
+    pub completed: Completed,
+    /// Resume routes: the answer to an expired cursor.
+    #[serde(default)]
+    pub expired: Option<Expired>,
+    /// Resume routes: `query:<name>=<value>`; other requests pass through.
+    #[serde(default)]
+    pub only_if: Option<String>,
+    /// `frame_index`: where the resume token is.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Record routes: `event:<pointer>`, `request:<source>` or `header:<Name>`.
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// Record routes: `upstream` or `inject`.
+    #[serde(default)]
+    pub ids: Ids,
+    /// Record routes: `header:Last-Event-ID` serves a resume instead of a new turn.
+    #[serde(default)]
+    pub resume_on: Option<String>,
+    /// Record routes: the response header carrying the run id.
+    #[serde(default)]
+    pub run_id_header: Option<String>,
+    /// Record routes: the response header carrying a resume token.
+    #[serde(default)]
+    pub token_header: Option<String>,
+    /// Record routes: how long a resume token is valid.
+    #[serde(default)]
+    pub token_ttl: Option<Dur>,
+    /// Stop and status routes: the reply's shape.
+    #[serde(default)]
+    pub answer: Answer,
+    /// Stop routes: where the cancel request id is.
+    #[serde(default)]
+    pub cancel_request_id: Option<String>,
 }
 
 fn default_format() -> String {
@@ -120,6 +178,33 @@ pub struct Route {
     pub single_flight: bool,
     /// How the run's events are classified.
     pub format: FormatChoice,
+    /// Resume routes: the dialect and its options.
+    pub resume: Option<Resume>,
+    /// Resume, stop and status routes: the sources naming the run, first present wins.
+    pub run: Vec<KeySource>,
+    /// Record routes: the run's aliases.
+    pub aliases: Vec<Alias>,
+    /// Record routes: relay ids unchanged or inject them.
+    pub ids: Ids,
+    /// Record routes: the header whose value makes a request a `last_event_id` resume.
+    pub resume_on: Option<KeySource>,
+    /// Record routes (`resume_on`): the answer when there is nothing after the id.
+    pub on_nothing: OnNothing,
+    /// Record routes: resume tokens.
+    pub tokens: Tokens,
+    /// Stop and status routes: the reply's shape.
+    pub answer: Answer,
+    /// Stop routes: where the cancel request id is (default: the body's `cancel_request_id`).
+    pub cancel_request_id: Option<KeySource>,
+}
+
+impl Route {
+    /// Whether the route's requests never carry a body of their own.
+    pub fn bodyless(&self) -> bool {
+        self.methods
+            .iter()
+            .all(|m| m == "GET" || m == "HEAD" || m == "DELETE")
+    }
 }
 
 impl Route {
@@ -179,6 +264,23 @@ pub fn default_routes() -> Vec<RouteConf> {
         forward: false,
         single_flight: false,
         format: default_format(),
+        dialect: None,
+        run: None,
+        cursor: None,
+        cursor_field: None,
+        on_nothing: OnNothing::NoContent,
+        completed: Completed::NoContent,
+        expired: None,
+        only_if: None,
+        token: None,
+        aliases: Vec::new(),
+        ids: Ids::Upstream,
+        resume_on: None,
+        run_id_header: None,
+        token_header: None,
+        token_ttl: None,
+        answer: Answer::Tether,
+        cancel_request_id: None,
     };
     vec![
         route(&["POST"], "/chat", RouteKind::Record),
@@ -208,7 +310,9 @@ fn check_source(
         }
     }
     let bodyless = kind == RouteKind::Status
-        || (kind == RouteKind::Attach && methods.iter().any(|m| m == "GET"));
+        || ((kind == RouteKind::Attach || kind == RouteKind::Resume)
+            && methods.iter().any(|m| m == "GET" || m == "DELETE"))
+        || methods.iter().all(|m| m == "DELETE");
     if source.needs_body() && bodyless {
         return Err(format!(
             "json:{} reads the body, and a {} route has none{}",
@@ -258,6 +362,178 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         .format
         .parse()
         .map_err(|e| ConfigError::new(key("format"), e))?;
+    let source = |k: &str, v: &str| -> Result<KeySource, ConfigError> {
+        let src: KeySource = v.parse().map_err(|e| ConfigError::new(key(k), e))?;
+        check_source(&src, &path, rc.kind, &methods).map_err(|e| ConfigError::new(key(k), e))?;
+        Ok(src)
+    };
+    let mut run = Vec::new();
+    if let Some(r) = &rc.run {
+        if !matches!(
+            rc.kind,
+            RouteKind::Resume | RouteKind::Stop | RouteKind::Status
+        ) {
+            return Err(ConfigError::new(
+                key("run"),
+                "only resume, stop and status routes name a run",
+            ));
+        }
+        for v in r.list() {
+            run.push(source("run", v)?);
+        }
+    }
+    let resume = match (rc.kind, &rc.dialect) {
+        (RouteKind::Resume, Some(d)) => {
+            let dialect: DialectKind =
+                d.parse().map_err(|e| ConfigError::new(key("dialect"), e))?;
+            let (default_cursor, default_expired) = Resume::defaults(dialect);
+            let cursor = match &rc.cursor {
+                Some(c) if dialect == DialectKind::FromStart => {
+                    return Err(ConfigError::new(
+                        key("cursor"),
+                        format!("from_start takes no cursor ({c:?})"),
+                    ))
+                }
+                Some(c) => Some(source("cursor", c)?),
+                None => default_cursor,
+            };
+            if dialect == DialectKind::JsonCursor && cursor.is_none() {
+                return Err(ConfigError::new(
+                    key("cursor"),
+                    "json_cursor needs a cursor source, e.g. query:starting_after",
+                ));
+            }
+            let cursor_field = match (&rc.cursor_field, dialect) {
+                (Some(f), DialectKind::JsonCursor) => {
+                    super::source::check_pointer(f)
+                        .map_err(|e| ConfigError::new(key("cursor_field"), e))?;
+                    Some(f.clone())
+                }
+                (None, DialectKind::JsonCursor) => {
+                    return Err(ConfigError::new(
+                        key("cursor_field"),
+                        "json_cursor needs a cursor_field, e.g. /sequence_number",
+                    ))
+                }
+                (Some(_), _) => {
+                    return Err(ConfigError::new(
+                        key("cursor_field"),
+                        "only json_cursor compares a field",
+                    ))
+                }
+                (None, _) => None,
+            };
+            let only_if = match &rc.only_if {
+                Some(o) => Some(
+                    o.parse::<OnlyIf>()
+                        .map_err(|e| ConfigError::new(key("only_if"), e))?,
+                ),
+                None => None,
+            };
+            let token = match &rc.token {
+                Some(t) => Some(source("token", t)?),
+                None => None,
+            };
+            Some(Resume {
+                dialect,
+                cursor,
+                cursor_field,
+                on_nothing: rc.on_nothing,
+                completed: rc.completed,
+                expired: rc.expired.unwrap_or(default_expired),
+                only_if,
+                token,
+            })
+        }
+        (RouteKind::Resume, None) => return Err(ConfigError::new(
+            key("dialect"),
+            "a resume route needs a dialect: from_start, last_event_id, frame_index or json_cursor",
+        )),
+        (_, Some(_)) => {
+            return Err(ConfigError::new(
+                key("dialect"),
+                "only resume routes have a dialect",
+            ))
+        }
+        (_, None) => None,
+    };
+    let mut aliases = Vec::new();
+    for a in &rc.aliases {
+        let alias: Alias = a.parse().map_err(|e| ConfigError::new(key("aliases"), e))?;
+        if let Alias::Request(src) = &alias {
+            check_source(src, &path, rc.kind, &methods)
+                .map_err(|e| ConfigError::new(key("aliases"), e))?;
+        }
+        aliases.push(alias);
+    }
+    let record_only = |k: &str, set: bool| -> Result<(), ConfigError> {
+        if set && rc.kind != RouteKind::Record {
+            return Err(ConfigError::new(key(k), "only record routes take it"));
+        }
+        Ok(())
+    };
+    record_only("aliases", !aliases.is_empty())?;
+    record_only("ids", rc.ids != Ids::Upstream)?;
+    record_only("resume_on", rc.resume_on.is_some())?;
+    record_only("run_id_header", rc.run_id_header.is_some())?;
+    record_only("token_header", rc.token_header.is_some())?;
+    record_only("token_ttl", rc.token_ttl.is_some())?;
+    let resume_on = match &rc.resume_on {
+        Some(r) => match r.parse::<KeySource>() {
+            Ok(KeySource::Header(h)) => Some(KeySource::Header(h)),
+            _ => {
+                return Err(ConfigError::new(
+                    key("resume_on"),
+                    format!("{r:?} must be header:<Name>, e.g. header:Last-Event-ID"),
+                ))
+            }
+        },
+        None => None,
+    };
+    let header_name = |k: &str, v: &Option<String>| -> Result<Option<String>, ConfigError> {
+        match v {
+            Some(h) if http::HeaderName::from_bytes(h.as_bytes()).is_ok() => {
+                Ok(Some(h.to_ascii_lowercase()))
+            }
+            Some(h) => Err(ConfigError::new(
+                key(k),
+                format!("{h:?} is not a header name"),
+            )),
+            None => Ok(None),
+        }
+    };
+    let tokens = Tokens {
+        run_id_header: header_name("run_id_header", &rc.run_id_header)?,
+        token_header: header_name("token_header", &rc.token_header)?,
+        ttl: rc
+            .token_ttl
+            .map_or(std::time::Duration::from_secs(15 * 60), |d| d.0),
+    };
+    if tokens.ttl.is_zero() {
+        return Err(ConfigError::new(key("token_ttl"), "must be more than 0s"));
+    }
+    if rc.answer != Answer::Tether && !matches!(rc.kind, RouteKind::Stop | RouteKind::Status) {
+        return Err(ConfigError::new(
+            key("answer"),
+            "only stop and status routes have an answer shape",
+        ));
+    }
+    if rc.answer == Answer::CancelRequested && rc.kind == RouteKind::Status {
+        return Err(ConfigError::new(
+            key("answer"),
+            "cancel_requested is a stop answer",
+        ));
+    }
+    let cancel_request_id = match &rc.cancel_request_id {
+        Some(_) if rc.kind != RouteKind::Stop => {
+            return Err(ConfigError::new(
+                key("cancel_request_id"),
+                "only stop routes take it",
+            ))
+        }
+        Some(c) => Some(source("cancel_request_id", c)?),
+        None => None,
+    };
     Ok(Route {
         methods,
         path,
@@ -268,5 +544,14 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         forward: rc.forward,
         single_flight: rc.single_flight,
         format,
+        resume,
+        run,
+        aliases,
+        ids: rc.ids,
+        resume_on,
+        on_nothing: rc.on_nothing,
+        tokens,
+        answer: rc.answer,
+        cancel_request_id,
     })
 }

@@ -273,3 +273,86 @@ fn key_source_forms() {
         Ok(KeySource::Header("x-chat".into()))
     );
 }
+
+fn routes_err(toml: &str) -> ConfigError {
+    parse_file(toml).unwrap().validate().unwrap_err()
+}
+
+#[test]
+fn a_resume_route_reads_its_dialect_and_turns_the_raw_record_on() {
+    let c = parse_file(
+        r#"
+[recorder]
+max_raw_bytes_per_run = 4096
+[[routes]]
+methods = ["POST"]
+path = "/v1/responses"
+kind = "record"
+aliases = ["event:/response/id", "request:header:x-req", "header:x-run"]
+[[routes]]
+methods = ["GET"]
+path = "/v1/responses/{id}"
+kind = "resume"
+dialect = "json_cursor"
+run = "path:id"
+cursor = "query:starting_after"
+cursor_field = "/sequence_number"
+only_if = "query:stream=true"
+expired = "openai"
+"#,
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
+    assert_eq!(
+        c.raw,
+        Some(RawRecord {
+            cap: 4096,
+            cursor_field: Some("/sequence_number".into())
+        })
+    );
+    assert_eq!(c.routes[0].aliases.len(), 3);
+    let r = c.routes[1].resume.as_ref().unwrap();
+    assert_eq!((r.dialect, r.expired), (DialectKind::JsonCursor, Expired::Openai));
+    assert_eq!(r.only_if.as_ref().unwrap().value, "true");
+    // Without a verbatim route, no raw record.
+    assert_eq!(Config::load(&flags()).unwrap().raw, None);
+}
+
+#[test]
+fn dialect_mistakes_name_their_key() {
+    let resume = |extra: &str| {
+        format!("[[routes]]\nmethods = [\"GET\"]\npath = \"/r/{{id}}\"\nkind = \"resume\"\nrun = \"path:id\"\n{extra}")
+    };
+    assert_eq!(routes_err(&resume("")).key, "routes[0].dialect");
+    assert_eq!(routes_err(&resume("dialect = \"nope\"")).key, "routes[0].dialect");
+    assert_eq!(
+        routes_err(&resume("dialect = \"json_cursor\"\ncursor = \"query:c\"")).key,
+        "routes[0].cursor_field"
+    );
+    assert_eq!(
+        routes_err(&resume("dialect = \"from_start\"\ncursor = \"query:c\"")).key,
+        "routes[0].cursor"
+    );
+    assert_eq!(
+        routes_err(&resume("dialect = \"last_event_id\"\nonly_if = \"stream\"")).key,
+        "routes[0].only_if"
+    );
+    let record = "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"inject\"\n";
+    assert_eq!(routes_err(record).key, "routes[0].ids");
+    let alias = "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"record\"\naliases = [\"body\"]\n";
+    assert_eq!(routes_err(alias).key, "routes[0].aliases");
+}
+
+#[test]
+fn every_profile_parses_and_validates() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/profiles");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let text = std::fs::read_to_string(e.path()).unwrap();
+        let parsed = parse_file(&text).and_then(File::validate);
+        assert!(parsed.is_ok(), "{}: {:?}", e.path().display(), parsed.err());
+    }
+}

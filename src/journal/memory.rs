@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{Appended, CursorMiss, End, Journal, Read, SnapshotCapture};
+use super::raw::{Frame, RawLog, Seek};
+use super::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::compact::Compactor;
 use crate::dialect::protocol1::EventEncoder;
 use crate::format::Event;
@@ -27,11 +28,12 @@ struct State {
     window_bytes: usize,
     history: Compactor,
     end: Option<End>,
+    raw: Option<RawLog>,
 }
 
 impl State {
     fn held(&self) -> usize {
-        self.window_bytes + self.history.allocated()
+        self.window_bytes + self.history.allocated() + self.raw.as_ref().map_or(0, RawLog::held)
     }
 }
 
@@ -47,6 +49,11 @@ pub struct MemoryJournal {
 impl MemoryJournal {
     /// An empty log for run `run_id`, keeping the last `window` events as frames.
     pub fn new(run_id: &str, window: usize) -> Self {
+        Self::with_raw(run_id, window, None)
+    }
+
+    /// Like [`Self::new`], also keeping the raw record within `raw_cap` bytes when given.
+    pub fn with_raw(run_id: &str, window: usize, raw_cap: Option<usize>) -> Self {
         MemoryJournal {
             encoder: EventEncoder::new(run_id),
             window_cap: window.max(1),
@@ -56,6 +63,7 @@ impl MemoryJournal {
                 window_bytes: 0,
                 history: Compactor::new(),
                 end: None,
+                raw: raw_cap.map(RawLog::new),
             }),
             wake: watch::channel(0).0,
         }
@@ -63,7 +71,7 @@ impl MemoryJournal {
 }
 
 impl Journal for MemoryJournal {
-    fn append(&self, events: &[Event]) -> Appended {
+    fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
         if events.is_empty() {
             return Appended::default();
         }
@@ -98,6 +106,9 @@ impl Journal for MemoryJournal {
                 }
             }
             st.history.push(e);
+        }
+        if let Some(log) = &mut st.raw {
+            raw.into_iter().for_each(|f| log.push(f));
         }
         let head = st.head;
         let appended = Appended {
@@ -146,7 +157,38 @@ impl Journal for MemoryJournal {
             seq: st.head,
             history: st.history.capture(),
             end: st.end.clone(),
+            raw_end: st.raw.as_ref().map_or(0, RawLog::end),
+            named: st.raw.as_ref().is_some_and(RawLog::named),
         }
+    }
+
+    fn read_raw(&self, from: u64, max: usize) -> Option<RawRead> {
+        let st = self.state.lock();
+        let log = st.raw.as_ref()?;
+        if from < log.first() {
+            return Some(RawRead {
+                expired: true,
+                ..RawRead::default()
+            });
+        }
+        let frames = log.read(from, max);
+        let next = frames.last().map_or(from, |(i, _)| i + 1);
+        Some(RawRead {
+            end: st.end.clone().filter(|_| next >= log.end()),
+            frames,
+            next,
+            expired: false,
+        })
+    }
+
+    fn seek(&self, by: SeekBy<'_>) -> Option<Seek> {
+        let st = self.state.lock();
+        let log = st.raw.as_ref()?;
+        Some(match by {
+            SeekBy::Index(n) => log.seek_index(n),
+            SeekBy::Id(id) => log.seek_id(id),
+            SeekBy::Cursor(c) => log.seek_cursor(c),
+        })
     }
 
     fn end(&self, mut end: End) -> (End, bool) {

@@ -123,7 +123,7 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
     assert_eq!(frames[0]["events"].as_array().unwrap().len(), 13);
     assert!(m
         .render()
-        .contains("tether_snapshot_resets_total{reason=\"lagged\"} 1"));
+        .contains("tether_snapshot_resets_total{dialect=\"protocol1\",reason=\"lagged\"} 1"));
 }
 
 #[tokio::test]

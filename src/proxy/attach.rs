@@ -15,7 +15,9 @@ use crate::config::OnMiss;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
-use crate::metrics::AttachResult;
+use crate::metrics::{AttachResult, DialectKind};
+
+const P1: DialectKind = DialectKind::Protocol1;
 use crate::observer::Start;
 use crate::registry::Admission;
 use crate::request::Parts;
@@ -72,7 +74,17 @@ impl Sidecar {
                         req.chat_id
                     );
                     return self
-                        .run_upstream(session, route, pending, run_id, body, false)
+                        .run_upstream(
+                            session,
+                            route,
+                            super::record::Turn {
+                                pending,
+                                run_id,
+                                body,
+                                legacy: false,
+                                request_aliases: Vec::new(),
+                            },
+                        )
                         .await;
                 }
                 // Another attach is fetching it: wait for that run to go live.
@@ -82,7 +94,7 @@ impl Sidecar {
         }
         let (run, start, reset) = match decision {
             Decision::NoContent | Decision::Missing => {
-                s.metrics.attach.inc(AttachResult::NoContent);
+                s.metrics.attach.inc(P1, AttachResult::NoContent);
                 debug!("attach chat {:?}: 204", req.chat_id);
                 return Ok(Reply::Json(204, None));
             }
@@ -95,14 +107,14 @@ impl Sidecar {
             ));
         }
         if let Some(reason) = reset {
-            s.metrics.snapshot_resets.inc(reason);
+            s.metrics.snapshot_resets.inc(P1, reason);
         }
         let result = match start {
             Start::After(c) if run.end().is_some_and(|e| e.seq == c) => AttachResult::EndOnly,
             Start::After(_) => AttachResult::Replay,
             _ => AttachResult::Snapshot,
         };
-        s.metrics.attach.inc(result);
+        s.metrics.attach.inc(P1, result);
         debug!(
             "attach chat {:?}: run {} {} reset {:?}",
             req.chat_id,

@@ -11,15 +11,21 @@ use log::{info, warn};
 use pingora_proxy::Session;
 use serde_json::json;
 
+use super::resume::first_key;
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
 use crate::auth::Auth;
+use crate::config::Answer;
 use crate::error::{ApiError, Code};
 use crate::format::{agui::Agui, Format};
 use crate::journal::EndReason;
 use crate::request::{self, Parts};
 use crate::run::Run;
 use crate::sse::SseEvent;
+
+/// What a stop names: the run, the id the client named it by, the chat's scope when known, and
+/// the cancel request id.
+type Target = (Arc<Run>, Option<String>, Option<String>, Option<String>);
 
 /// How long a stop waits for the producer before answering 202.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -47,29 +53,38 @@ impl Sidecar {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
-        let req = {
+        let (run, named, scope, cancel_id) = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
                 captures: &m.captures,
                 query: session.req_header().uri.query(),
                 header: &header,
             };
-            request::stop(&route.chat_id, &body, &parts)?
+            if route.run.is_empty() && route.cancel_request_id.is_none() {
+                let req = request::stop(&route.chat_id, &body, &parts)?;
+                let scope = Auth::scope(&owner, &req.chat_id);
+                // A repeated cancel_request_id names the run it stopped the first time.
+                let run_id = req.run_id.or_else(|| {
+                    req.cancel_request_id
+                        .as_deref()
+                        .and_then(|c| s.registry.cancelled_run(&scope, &owner, c))
+                });
+                let run: Option<Arc<Run>> = match &run_id {
+                    Some(id) => s.registry.find(&scope, &owner, id),
+                    None => s.registry.current(&scope, &owner),
+                };
+                (
+                    run.ok_or_else(no_run)?,
+                    None,
+                    Some(scope),
+                    req.cancel_request_id,
+                )
+            } else {
+                self.stop_target(route, &parts, &body, &owner)?
+            }
         };
-        let scope = Auth::scope(&owner, &req.chat_id);
-        // A repeated cancel_request_id names the run it stopped the first time.
-        let run_id = req.run_id.or_else(|| {
-            req.cancel_request_id
-                .as_deref()
-                .and_then(|c| s.registry.cancelled_run(&scope, &owner, c))
-        });
-        let run: Option<Arc<Run>> = match &run_id {
-            Some(id) => s.registry.find(&scope, &owner, id),
-            None => s.registry.current(&scope, &owner),
-        };
-        let run = run.ok_or_else(no_run)?;
-        if let Some(c) = &req.cancel_request_id {
-            s.registry.remember_cancel(&scope, c, run.id());
+        if let (Some(c), Some(scope)) = (&cancel_id, &scope) {
+            s.registry.remember_cancel(scope, c, run.id());
         }
         if run.is_producing() {
             info!("run {}: stop requested", run.id());
@@ -78,19 +93,62 @@ impl Sidecar {
         if route.forward {
             self.forward_stop(session, body);
         }
-        let (status, body) = if stopped(&run, STOP_WAIT).await {
-            let persisted = run.end().is_some_and(|e| e.persisted);
-            (
-                200,
-                json!({"run_id": run.id(), "execution_stopped": true, "terminal_persisted": persisted}),
-            )
-        } else {
-            (
-                202,
-                json!({"run_id": run.id(), "execution_stopped": false, "terminal_persisted": false}),
-            )
+        let done = stopped(&run, STOP_WAIT).await;
+        let persisted = done && run.end().is_some_and(|e| e.persisted);
+        let run_id = match route.answer {
+            Answer::Igraph => named.unwrap_or_else(|| run.id().to_string()),
+            _ => run.id().to_string(),
         };
-        Ok(Reply::Json(status, Some(body)))
+        let body = match route.answer {
+            Answer::CancelRequested => json!({"cancelRequested": true}),
+            _ => {
+                json!({"run_id": run_id, "execution_stopped": done, "terminal_persisted": persisted})
+            }
+        };
+        Ok(Reply::Json(if done { 200 } else { 202 }, Some(body)))
+    }
+
+    /// The run a stop with `run` sources or a `cancel_request_id` source names: by id (tether's
+    /// run id or an alias; never a later run of the chat), or the run an earlier stop with the
+    /// same cancel id stopped. Returns the run, the id the client named, the chat's scope when
+    /// known, and the cancel id.
+    fn stop_target(
+        &self,
+        route: &crate::config::Route,
+        parts: &Parts<'_>,
+        body: &[u8],
+        owner: &crate::auth::Owner,
+    ) -> Result<Target, ApiError> {
+        let reg = &self.shared.registry;
+        let map = request::control_body(&route.chat_id, body)?;
+        let cancel_id = match &route.cancel_request_id {
+            Some(src) => first_key(std::slice::from_ref(src), parts, Some(&map))?,
+            None => request::cancel_request_id(map.get("cancel_request_id"))?,
+        };
+        let scope = request::chat_id(&route.chat_id, parts, Some(&map))
+            .ok()
+            .map(|c| Auth::scope(owner, &c));
+        let named = first_key(&route.run, parts, Some(&map))?;
+        if let Some(id) = &named {
+            if let Some((chat, run)) = reg.by_id(owner, id) {
+                return Ok((run, named.clone(), Some(chat), cancel_id));
+            }
+        }
+        let earlier = match (&cancel_id, &scope) {
+            (Some(c), Some(scope)) => reg
+                .cancelled_run(scope, owner, c)
+                .and_then(|id| reg.find(scope, owner, &id)),
+            _ => None,
+        };
+        match (earlier, &named, &scope) {
+            (Some(run), _, _) => Ok((run, named, scope, cancel_id)),
+            // Without a named run, the chat's current run (route.run empty).
+            (None, None, Some(sc)) if route.run.is_empty() => {
+                let run = reg.current(sc, owner).ok_or_else(no_run)?;
+                Ok((run, None, scope, cancel_id))
+            }
+            _ => Err(no_run()),
+        }
     }
 
     /// Tells the backend too, detached: the client's answer does not wait for it.
@@ -122,11 +180,47 @@ impl Sidecar {
             query: session.req_header().uri.query(),
             header: &header,
         };
-        let chat_id = request::status(&m.route.chat_id, &parts)?;
-        let Some(run) = s.registry.current(&Auth::scope(&owner, &chat_id), &owner) else {
-            return Ok(Reply::Json(204, None));
+        let (run, named) = match m.route.run.is_empty() {
+            true => {
+                let chat_id = request::status(&m.route.chat_id, &parts)?;
+                (
+                    s.registry.current(&Auth::scope(&owner, &chat_id), &owner),
+                    None,
+                )
+            }
+            false => {
+                let named = first_key(&m.route.run, &parts, None)?;
+                let run = named
+                    .as_deref()
+                    .and_then(|id| s.registry.by_id(&owner, id))
+                    .map(|(_, r)| r);
+                (run, named)
+            }
+        };
+        let Some(run) = run else {
+            return match m.route.answer {
+                Answer::Igraph => Err(no_run()),
+                _ => Ok(Reply::Json(204, None)),
+            };
         };
         let end = run.end();
+        if m.route.answer == Answer::Igraph {
+            let stopped = !run.is_producing();
+            let persisted = end.as_ref().is_some_and(|e| e.persisted);
+            let v = json!({
+                "run_id": named.unwrap_or_else(|| run.id().to_string()),
+                "status": match (&end, stopped) {
+                    (None, _) | (Some(_), false) => "running",
+                    (Some(e), true) if e.persisted => "completed",
+                    (Some(e), true) if e.reason == Some(EndReason::Cancelled) => "cancelled",
+                    (Some(_), true) => "failed",
+                },
+                "execution_stopped": stopped,
+                "terminal_persisted": persisted,
+                "can_send": stopped,
+            });
+            return Ok(Reply::Json(200, Some(v)));
+        }
         let v = json!({
             "run_id": run.id(),
             "status": if end.is_none() { "running" } else { "completed" },

@@ -14,13 +14,30 @@ use super::session::{
 };
 use super::{Matched, Sidecar};
 use crate::auth::{Auth, Owner};
-use crate::config::Route;
+use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, OnNothing, Route};
+use crate::dialect::last_event_id::LastEventId;
+use crate::dialect::{Plan, Refusal, Verbatim};
 use crate::error::{ApiError, Code};
+use crate::metrics::AttachResult;
 use crate::observer::Start;
 use crate::registry::{Admission, Busy, Pending};
 use crate::request::{self, Parts, RecordRequest};
 use crate::run::mint_run_id;
 use crate::upstream::producer::{self, Head, Job};
+
+/// A turn ready to forward: its registration, run id, body, and how its requester reads it.
+pub(crate) struct Turn {
+    /// The chat's pending registration.
+    pub(crate) pending: Pending,
+    /// The run id minted for it.
+    pub(crate) run_id: String,
+    /// The request body.
+    pub(crate) body: Bytes,
+    /// The requester reads the upstream bytes unchanged (not protocol 1).
+    pub(crate) legacy: bool,
+    /// Values of the route's `request:` aliases.
+    pub(crate) request_aliases: Vec<String>,
+}
 
 impl Sidecar {
     /// Reads a turn-like request (record and annotate routes): the caller, the capped body, and
@@ -40,8 +57,94 @@ impl Sidecar {
             query: session.req_header().uri.query(),
             header: &header,
         };
-        let req = request::record(&m.route.chat_id, &body, &parts).map_err(Err)?;
+        let req = match request::record(&m.route.chat_id, &body, &parts) {
+            // A route that knows its runs by the backend's ids needs no chat id: such a turn
+            // is a chat of its own, found by its aliases.
+            Err(e) if e.code == Code::MissingChatId && !m.route.aliases.is_empty() => {
+                RecordRequest {
+                    chat_id: format!("~{}", mint_run_id()),
+                    protocol1: false,
+                    body: None,
+                }
+            }
+            r => r.map_err(Err)?,
+        };
         Ok((owner, body, req))
+    }
+
+    /// The values of the route's `request:` aliases in this request.
+    fn request_aliases(&self, session: &Session, m: &Matched<'_>, body: &Bytes) -> Vec<String> {
+        let map = request::json_object(body).ok();
+        let header = |h: &str| super::session::header_value(session, h);
+        let parts = Parts {
+            captures: &m.captures,
+            query: session.req_header().uri.query(),
+            header: &header,
+        };
+        m.route
+            .aliases
+            .iter()
+            .filter_map(|a| match a {
+                Alias::Request(src) => {
+                    super::resume::first_key(std::slice::from_ref(src), &parts, map.as_ref())
+                        .ok()
+                        .flatten()
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `resume_on`: a request carrying the header with an id of a frame of the chat's run is a
+    /// `last_event_id` resume of that run, not a new turn. Returns `None` for a new turn.
+    async fn resume_on(
+        &self,
+        session: &mut Session,
+        route: &Route,
+        owner: &Owner,
+        chat_id: &str,
+    ) -> Option<Handled> {
+        let KeySource::Header(name) = route.resume_on.as_ref()? else {
+            return None;
+        };
+        let id = super::session::header_value(session, name)?;
+        let reg = &self.shared.registry;
+        let scope = Auth::scope(owner, chat_id);
+        let named = id
+            .rsplit_once(':')
+            .and_then(|(run_id, _)| reg.find(&scope, owner, run_id));
+        let run = named.or_else(|| reg.current(&scope, owner))?;
+        let dialect = LastEventId {
+            expired: Expired::FromStart,
+        };
+        let kind = DialectKind::LastEventId;
+        let inject = route.ids == Ids::Inject;
+        match dialect.plan(&run, Some(&id)) {
+            Err(e) => Some(Err(e)),
+            Ok(Ok(plan)) => Some(
+                self.serve_verbatim(session, &run, plan, kind, inject, owner)
+                    .await,
+            ),
+            Ok(Err(Refusal::Nothing)) => {
+                self.shared.metrics.attach.inc(
+                    kind,
+                    match route.on_nothing {
+                        OnNothing::NoContent => AttachResult::NoContent,
+                        OnNothing::EmptyStream => AttachResult::EndOnly,
+                    },
+                );
+                Some(Ok(match route.on_nothing {
+                    OnNothing::NoContent => Reply::Json(204, None),
+                    OnNothing::EmptyStream => Reply::EmptyStream,
+                }))
+            }
+            Ok(Err(Refusal::Expired(_))) => Some(
+                self.serve_verbatim(session, &run, Plan::Render, kind, inject, owner)
+                    .await,
+            ),
+            // An id tether never recorded: a new turn.
+            Ok(Err(Refusal::Unknown)) => None,
+        }
     }
 
     /// `kind = "record"`: one turn, recorded as a new run of the chat.
@@ -57,6 +160,10 @@ impl Sidecar {
             Ok(t) => t,
             Err(h) => return h,
         };
+        if let Some(handled) = self.resume_on(session, route, &owner, &req.chat_id).await {
+            return handled;
+        }
+        let request_aliases = self.request_aliases(session, m, &body);
         let limits = &s.cfg.limits;
         if !s
             .registry
@@ -90,8 +197,14 @@ impl Sidecar {
                 return Err(e);
             }
         };
-        self.run_upstream(session, route, pending, run_id, body, !req.protocol1)
-            .await
+        let turn = Turn {
+            pending,
+            run_id,
+            body,
+            legacy: !req.protocol1,
+            request_aliases,
+        };
+        self.run_upstream(session, route, turn).await
     }
 
     /// Forwards the request through a producer and answers from what it reports.
@@ -99,12 +212,19 @@ impl Sidecar {
         &self,
         session: &mut Session,
         route: &Route,
-        pending: Pending,
-        run_id: String,
-        body: Bytes,
-        legacy: bool,
+        turn: Turn,
     ) -> Handled {
+        let Turn {
+            pending,
+            run_id,
+            body,
+            legacy,
+            request_aliases,
+        } = turn;
         let s = &self.shared;
+        let owner = pending.owner();
+        // Injected ids: the requester reads the raw record (ids added), not the upstream bytes.
+        let inject = legacy && route.ids == Ids::Inject && s.cfg.raw.is_some();
         let max = s.cfg.upstream_opts.max_run_duration.0;
         let head = producer::spawn(
             &s.producers,
@@ -122,7 +242,11 @@ impl Sidecar {
                 max_duration: (!max.is_zero()).then_some(max),
                 request: session.req_header().clone(),
                 body,
-                legacy,
+                legacy: legacy && !inject,
+                raw: s.cfg.raw.clone(),
+                aliases: route.aliases.clone(),
+                request_aliases,
+                tokens: route.tokens.clone(),
             },
         );
         match head.await {
@@ -138,9 +262,17 @@ impl Sidecar {
             }) => {
                 // A legacy requester: the upstream bytes unchanged, attached while it reads.
                 let _attached = guard;
-                let _run = run;
+                let mut header = header;
+                self.add_token_headers(&mut header, &run, &owner);
                 session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
                 Ok(relay(session, header, &mut Source::Tee(tee)).await)
+            }
+            Ok(Head::Live { run, guard, .. }) if inject => {
+                // The reader counts itself in from here on.
+                drop(guard);
+                let kind = DialectKind::LastEventId;
+                self.serve_verbatim(session, &run, Plan::From(0), kind, true, &owner)
+                    .await
             }
             Ok(Head::Live {
                 run,

@@ -29,6 +29,8 @@ pub(crate) enum Reply {
     Json(u16, Option<serde_json::Value>),
     /// Answer with a whole file of another type.
     File(FileReply),
+    /// A `200` event stream that ends at once.
+    EmptyStream,
 }
 
 /// A whole answer that is not JSON: an embedded file, or its `304`.
@@ -62,6 +64,9 @@ pub(crate) async fn finish(session: &mut Session, r: Handled) -> Result<bool> {
         Ok(Reply::File(f)) => {
             let _ = respond_file(session, f).await;
         }
+        Ok(Reply::EmptyStream) => {
+            let _ = respond_empty_stream(session).await;
+        }
         Err(e) => {
             let _ = respond(session, e.status(), Some(e.body())).await;
         }
@@ -87,6 +92,15 @@ async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Res
         session.write_response_body(Some(b), true).await?;
     }
     Ok(())
+}
+
+/// Writes a `200 text/event-stream` response with an empty body.
+async fn respond_empty_stream(session: &mut Session) -> Result<()> {
+    let mut h = ResponseHeader::build(200, Some(3))?;
+    h.insert_header("content-type", "text/event-stream")?;
+    h.insert_header("cache-control", "no-cache")?;
+    h.insert_header("content-length", "0")?;
+    session.write_response_header(Box::new(h), true).await
 }
 
 /// Writes a whole file answer: no body for a `304` or a `HEAD`, `content-length` as for a `GET`.

@@ -327,3 +327,59 @@ proptest! {
         d.finish();
     }
 }
+
+fn raw_frames(chunks: &[&[u8]]) -> (Vec<SseEvent>, Vec<RawFrame>) {
+    let mut d = Decoder::new(1 << 20).keep_raw();
+    let (mut events, mut raw) = (Vec::new(), Vec::new());
+    for c in chunks {
+        let mut out = Vec::new();
+        d.feed(&Bytes::copy_from_slice(c), &mut out);
+        events.extend(out.into_iter().filter_map(|o| match o {
+            Decoded::Event(e) => Some(e),
+            Decoded::Oversized { .. } => None,
+        }));
+        raw.extend(d.take_raw());
+    }
+    (events, raw)
+}
+
+#[test]
+fn raw_frames_keep_event_id_and_data_lines_in_order_without_comments_or_retry() {
+    let stream = b": hi\nevent: a\nid: 7\nretry: 10\ndata: x\ndata:y\n\n: ping\n\ndata: z\n\n";
+    let (events, raw) = raw_frames(&[stream]);
+    assert_eq!(events.len(), 2);
+    let bytes: Vec<&[u8]> = raw.iter().map(|r| &r.bytes[..]).collect();
+    assert_eq!(
+        bytes,
+        vec![&b"event: a\nid: 7\ndata: x\ndata:y\n\n"[..], b"data: z\n\n"]
+    );
+    assert_eq!((raw[0].named, raw[1].named), (true, false));
+}
+
+#[test]
+fn raw_frames_are_the_same_at_every_split_and_normalize_crlf() {
+    let stream = b"event: a\r\ndata: {\"k\":1}\r\n\r\ndata: b\r\rdata: c\n\n";
+    let (_, whole) = raw_frames(&[stream]);
+    assert_eq!(whole.len(), 3);
+    assert_eq!(&whole[0].bytes[..], b"event: a\ndata: {\"k\":1}\n\n");
+    for cut in 1..stream.len() {
+        let (_, split) = raw_frames(&[&stream[..cut], &stream[cut..]]);
+        assert_eq!(split, whole, "cut at {cut}");
+    }
+}
+
+#[test]
+fn no_raw_frame_for_an_oversized_event_or_without_keep_raw() {
+    let mut d = Decoder::new(8).keep_raw();
+    let mut out = Vec::new();
+    d.feed(
+        &Bytes::from_static(b"data: 0123456789\n\ndata: ok\n\n"),
+        &mut out,
+    );
+    let raw: Vec<RawFrame> = d.take_raw().collect();
+    assert_eq!(raw.len(), 1);
+    assert_eq!(&raw[0].bytes[..], b"data: ok\n\n");
+    let mut plain = Decoder::new(64);
+    plain.feed(&Bytes::from_static(b"data: ok\n\n"), &mut out);
+    assert_eq!(plain.take_raw().count(), 0);
+}

@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use super::{is_recordable, kind_of, Upstream};
-use crate::config::Commit;
+use crate::auth::Owner;
+use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::format::{detect_from_headers, Event, FormatChoice, FormatKind};
 use crate::ingest::{outcome, Ending, Ingest};
@@ -130,6 +131,14 @@ pub struct Job {
     pub body: Bytes,
     /// Tee the raw upstream bytes for a legacy requester.
     pub legacy: bool,
+    /// Keep the raw record, with these settings.
+    pub raw: Option<RawRecord>,
+    /// The record route's aliases.
+    pub aliases: Vec<Alias>,
+    /// Values of the route's `request:` aliases, read from the request.
+    pub request_aliases: Vec<String>,
+    /// The resume-token headers of the run's responses.
+    pub tokens: Tokens,
 }
 
 /// Starts the producer as its own task, detached from the requester: whatever the requester
@@ -163,6 +172,10 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         request,
         body,
         legacy,
+        raw,
+        aliases,
+        request_aliases,
+        tokens,
     } = job;
     let mut s = match upstream.open(&request, &body, Some(&run_id)).await {
         Ok(s) => s,
@@ -189,11 +202,40 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         });
         return;
     }
-    let run = Arc::new(Run::new(run_id, window));
+    let run = Arc::new(Run::with_raw(run_id, window, raw.as_ref().map(|r| r.cap)));
+    run.set_header(header.clone());
+    if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
+        run.set_tokens(tokens);
+    }
     let chat_id = pending.scope().to_string();
+    let owner = pending.owner();
     let guard = run.observe();
     registry.go_live(&pending, run.clone());
     drop(pending);
+    let naming = Naming {
+        registry: &registry,
+        owner,
+        scope: &chat_id,
+    };
+    let header_aliases = aliases.iter().filter_map(|a| match a {
+        Alias::Header(h) => header
+            .headers
+            .get(h.as_str())?
+            .to_str()
+            .ok()
+            .map(str::to_string),
+        _ => None,
+    });
+    for alias in request_aliases.into_iter().chain(header_aliases) {
+        naming.name(&run, &alias);
+    }
+    let event_aliases: Vec<String> = aliases
+        .iter()
+        .filter_map(|a| match a {
+            Alias::Event(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
     m.runs_active.inc();
     let (tee, legacy) = match legacy {
         true => {
@@ -228,16 +270,20 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         legacy,
         guard,
     });
-    let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event);
+    let mut ingest =
+        Ingest::new(known.map(FormatKind::format), commit, max_event).find_aliases(event_aliases);
+    if let Some(r) = &raw {
+        ingest = ingest.keep_raw(r.cursor_field.clone());
+    }
     let deadline = max_duration.map(|d| tokio::time::Instant::now() + d);
     let (ending, tee) = read(
         &mut s,
         &run,
-        &registry,
         deadline,
         &mut ingest,
         tee,
         &mut started,
+        &naming,
     )
     .await;
     // A run that ended before its first event never showed its format: AG-UI, the fallback.
@@ -274,12 +320,13 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
 async fn read(
     s: &mut HttpSession,
     run: &Arc<Run>,
-    registry: &Registry,
     deadline: Option<tokio::time::Instant>,
     ingest: &mut Ingest,
     mut tee: Option<Tee>,
     started: &mut Started<'_>,
+    naming: &Naming<'_>,
 ) -> (Ending, Option<Tee>) {
+    let registry = naming.registry;
     let m = started.metrics;
     let mut batch: Vec<Event> = Vec::new();
     // Built once: a stop or the deadline is noticed without re-arming them per read.
@@ -319,6 +366,9 @@ async fn read(
             }
         }
         let fed = ingest.feed(&chunk, &mut batch);
+        for alias in ingest.take_aliases() {
+            naming.name(run, &alias);
+        }
         for bytes in fed.oversized {
             m.events_dropped.inc(DropReason::Oversized);
             warn!(
@@ -333,7 +383,7 @@ async fn read(
             started.count(kind);
         }
         m.upstream_events.inc_by(batch.len() as u64);
-        let appended = run.append(&batch);
+        let appended = run.append_raw(&batch, ingest.take_raw());
         registry.add_bytes(appended.bytes);
         if appended.events < batch.len() {
             m.events_dropped
@@ -351,6 +401,24 @@ async fn read(
         );
     }
     (ending, tee)
+}
+
+/// Indexes a run's aliases (the backend's names for it) in the registry, for its owner.
+struct Naming<'a> {
+    registry: &'a Registry,
+    owner: Owner,
+    scope: &'a str,
+}
+
+impl Naming<'_> {
+    fn name(&self, run: &Arc<Run>, alias: &str) {
+        if alias.is_empty() || alias.len() > 256 {
+            return;
+        }
+        self.registry.index(&self.owner, alias, self.scope, run);
+        run.set_alias(alias);
+        info!("run {}: known to the backend as {alias:?}", run.id());
+    }
 }
 
 /// Counts a run in `tether_runs_started_total{route,format}` and logs its start, once its format

@@ -1,0 +1,292 @@
+//! Resume routes: a client resuming in its own dialect (`docs/dialects.md`). Find the run (by
+//! tether's run id, an alias, or the chat's current run), check the resume token, let the
+//! dialect place the cursor, and serve the raw record in the upstream's own format, or answer
+//! the dialect's status. A request the route's `only_if` does not match is passed through.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use log::debug;
+use pingora_http::ResponseHeader;
+use pingora_proxy::Session;
+use serde_json::{json, Map, Value};
+
+use super::session::{closed, forward_unrecorded, header_value, read_body, Handled, Reply};
+use super::{Matched, Sidecar};
+use crate::auth::{Auth, Owner};
+use crate::config::{DialectKind, Expired, KeySource, OnNothing, Route};
+use crate::dialect::{verbatim, Plan, Refusal};
+use crate::error::{ApiError, Code};
+use crate::metrics::AttachResult;
+use crate::observer::Sink;
+use crate::replay;
+use crate::request::{self, json_object, Parts, Query};
+use crate::run::Run;
+use crate::token;
+use crate::upstream::relayed;
+
+/// The first of `sources` the request carries, as text.
+pub(crate) fn first_key(
+    sources: &[KeySource],
+    parts: &Parts<'_>,
+    body: Option<&Map<String, Value>>,
+) -> Result<Option<String>, ApiError> {
+    for src in sources {
+        match request::key(src, parts, body, Code::InvalidRunId)? {
+            Some(Value::String(s)) if !s.is_empty() => return Ok(Some(s)),
+            Some(Value::Number(n)) => return Ok(Some(n.to_string())),
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// The status answer of a refused resume, and its metric result.
+fn refused(dialect: DialectKind, r: Refusal, on_nothing: OnNothing) -> (AttachResult, Handled) {
+    let not_found = || Err(ApiError::new(Code::NoRun, "no such run to resume"));
+    match (r, dialect) {
+        (Refusal::Expired(Expired::ReplayUnavailable), _) => (
+            AttachResult::Expired,
+            Ok(Reply::Json(
+                409,
+                Some(
+                    json!({"code": "REPLAY_UNAVAILABLE", "message": "the events after this cursor are no longer kept"}),
+                ),
+            )),
+        ),
+        (Refusal::Expired(Expired::Openai), _) => (
+            AttachResult::Expired,
+            Ok(Reply::Json(
+                400,
+                Some(
+                    json!({"error": {"type": "invalid_request_error", "code": "cursor_expired", "param": "starting_after", "message": "The events after this cursor are no longer available to stream."}}),
+                ),
+            )),
+        ),
+        (Refusal::Expired(_), _) => (AttachResult::Expired, not_found()),
+        (
+            Refusal::Nothing | Refusal::Unknown,
+            DialectKind::FrameIndex | DialectKind::JsonCursor,
+        ) => (AttachResult::NotFound, not_found()),
+        (Refusal::Nothing | Refusal::Unknown, _) => match on_nothing {
+            OnNothing::NoContent => (AttachResult::NoContent, Ok(Reply::Json(204, None))),
+            OnNothing::EmptyStream => (AttachResult::EndOnly, Ok(Reply::EmptyStream)),
+        },
+    }
+}
+
+impl Sidecar {
+    /// `kind = "resume"`: serve a run in the client's own dialect.
+    pub(crate) async fn resume(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
+        let (s, route) = (&self.shared, m.route);
+        let Some(resume) = &route.resume else {
+            return Err(ApiError::new(Code::InvalidBody, "route has no dialect"));
+        };
+        let body = match session.req_header().method == http::Method::GET {
+            true => Bytes::new(),
+            false => match read_body(session, s.cfg.recorder.max_body_bytes).await {
+                Ok(b) => b,
+                Err(e) => return e.into(),
+            },
+        };
+        if let Some(cond) = &resume.only_if {
+            let q = Query::parse(session.req_header().uri.query());
+            if q.get(&cond.name)?.as_deref() != Some(cond.value.as_str()) {
+                return Ok(forward_unrecorded(s, session, body).await?.1);
+            }
+        }
+        let owner = self.owner(session)?;
+        let map = match body.is_empty() {
+            true => None,
+            false => Some(json_object(&body)?),
+        };
+        let (run, cursor, named) = {
+            let header = |h: &str| header_value(session, h);
+            let parts = Parts {
+                captures: &m.captures,
+                query: session.req_header().uri.query(),
+                header: &header,
+            };
+            let (run, named) = self.find_run(route, &parts, map.as_ref(), &owner)?;
+            let run = match (&resume.token, &named, run) {
+                (Some(src), Some(name), Some(run)) => {
+                    let tok = first_key(std::slice::from_ref(src), &parts, map.as_ref())?;
+                    let ok = tok.is_some_and(|t| {
+                        token::verify(&s.cfg.secret, name, &owner, &t, token::now())
+                    });
+                    ok.then_some(run)
+                }
+                (Some(_), _, _) => None,
+                (None, _, run) => run,
+            };
+            let cursor = match &resume.cursor {
+                Some(src) => first_key(std::slice::from_ref(src), &parts, map.as_ref())?,
+                None => None,
+            };
+            (run, cursor, named)
+        };
+        let dialect = verbatim(resume);
+        let kind = dialect.kind();
+        let Some(run) = run else {
+            // A run named by id that tether does not know is 404 for every dialect but
+            // from_start; a chat without a run gets the dialect's nothing-to-resume answer.
+            let r = match (named.is_some(), kind) {
+                (true, DialectKind::LastEventId) => (
+                    AttachResult::NotFound,
+                    Err(ApiError::new(Code::NoRun, "no such run to resume")),
+                ),
+                _ => refused(kind, Refusal::Nothing, resume.on_nothing),
+            };
+            s.metrics.attach.inc(kind, r.0);
+            debug!("resume ({}): no run", kind.as_str());
+            return r.1;
+        };
+        let plan = match dialect.plan(&run, cursor.as_deref())? {
+            Ok(plan) => plan,
+            Err(Refusal::Unknown) => match resume.expired {
+                Expired::FromStart => Plan::Render,
+                e => {
+                    let r = refused(kind, Refusal::Expired(e), resume.on_nothing);
+                    s.metrics.attach.inc(kind, r.0);
+                    return r.1;
+                }
+            },
+            Err(refusal) => {
+                let r = refused(kind, refusal, resume.on_nothing);
+                s.metrics.attach.inc(kind, r.0);
+                return r.1;
+            }
+        };
+        self.serve_verbatim(session, &run, plan, kind, false, &owner)
+            .await
+    }
+
+    /// The run a resume, stop or status request names: by the route's `run` sources (tether's
+    /// run id or an alias), else the chat's current run. Also returns the id the client named.
+    pub(crate) fn find_run(
+        &self,
+        route: &Route,
+        parts: &Parts<'_>,
+        body: Option<&Map<String, Value>>,
+        owner: &Owner,
+    ) -> Result<(Option<Arc<Run>>, Option<String>), ApiError> {
+        let reg = &self.shared.registry;
+        if !route.run.is_empty() {
+            let Some(id) = first_key(&route.run, parts, body)? else {
+                return Err(ApiError::new(
+                    Code::InvalidRunId,
+                    "the request names no run",
+                ));
+            };
+            return Ok((reg.by_id(owner, &id).map(|(_, r)| r), Some(id)));
+        }
+        let chat_id = request::chat_id(&route.chat_id, parts, body)?;
+        Ok((reg.current(&Auth::scope(owner, &chat_id), owner), None))
+    }
+
+    /// Writes the run's recorded response header (plus resume-token headers) and serves the
+    /// raw record from `plan` until the run ends.
+    pub(crate) async fn serve_verbatim(
+        &self,
+        session: &mut Session,
+        run: &Arc<Run>,
+        plan: Plan,
+        kind: DialectKind,
+        inject_ids: bool,
+        owner: &Owner,
+    ) -> Handled {
+        let s = &self.shared;
+        if run.observers() >= s.cfg.limits.max_observers_per_run {
+            return Err(ApiError::new(
+                Code::TooManyObservers,
+                "this run has as many readers as it may",
+            ));
+        }
+        let result = match plan {
+            Plan::Render => AttachResult::Snapshot,
+            Plan::From(_) => AttachResult::Replay,
+            Plan::Empty => AttachResult::EndOnly,
+        };
+        s.metrics.attach.inc(kind, result);
+        debug!(
+            "resume ({}) of run {}: {}",
+            kind.as_str(),
+            run.id(),
+            result.as_str()
+        );
+        let mut header = match run.header() {
+            Some(h) => relayed((*h).clone(), true),
+            None => sse_header()?,
+        };
+        self.add_token_headers(&mut header, run, owner);
+        if session
+            .write_response_header(Box::new(header), false)
+            .await
+            .is_err()
+        {
+            return Ok(Reply::Abort);
+        }
+        let _tracked = s.observers.token();
+        session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
+        let opts = replay::Options {
+            heartbeat: s.cfg.server.heartbeat.0,
+            inject_ids,
+        };
+        let mut sink = VerbatimSink(session);
+        let outcome = replay::serve(&mut sink, run, plan, &opts, &s.stop).await;
+        match outcome {
+            crate::observer::Outcome::Ended => {
+                match session.write_response_body(None, true).await {
+                    Ok(()) => Ok(Reply::Done),
+                    Err(_) => Ok(Reply::Abort),
+                }
+            }
+            _ => Ok(Reply::Abort),
+        }
+    }
+
+    /// Adds the run id and a fresh resume token, when the run's record route hands them out.
+    pub(crate) fn add_token_headers(&self, header: &mut ResponseHeader, run: &Run, owner: &Owner) {
+        let Some(tokens) = run.tokens() else {
+            return;
+        };
+        let name = run.alias().unwrap_or_else(|| run.id().to_string());
+        if let Some(h) = &tokens.run_id_header {
+            let _ = header.insert_header(h.clone(), name.as_str());
+        }
+        if let Some(h) = &tokens.token_header {
+            let expiry = token::now() + tokens.ttl.as_secs();
+            let t = token::mint(&self.shared.cfg.secret, &name, owner, expiry);
+            let _ = header.insert_header(h.clone(), t);
+        }
+    }
+}
+
+/// A plain SSE response header, for a run whose upstream header is unknown.
+fn sse_header() -> Result<ResponseHeader, ApiError> {
+    let build = || -> pingora_core::Result<ResponseHeader> {
+        let mut h = ResponseHeader::build(200, Some(3))?;
+        h.insert_header("content-type", "text/event-stream")?;
+        h.insert_header("cache-control", "no-cache")?;
+        h.insert_header("transfer-encoding", "chunked")?;
+        Ok(h)
+    };
+    build().map_err(|e| ApiError::new(Code::InvalidBody, e.to_string()))
+}
+
+/// A Pingora session as a verbatim reader's sink.
+struct VerbatimSink<'a>(&'a mut Session);
+
+#[async_trait::async_trait]
+impl Sink for VerbatimSink<'_> {
+    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
+        self.0
+            .write_response_body(Some(data), false)
+            .await
+            .map_err(|_| ())
+    }
+
+    async fn closed(&mut self) {
+        closed(self.0).await
+    }
+}
