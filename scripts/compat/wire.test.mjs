@@ -79,6 +79,8 @@ function igraphFrames(sessionId, runId) {
 
 test("igraph-v2: resume by last_event_index, by start_request_id, cancel and control in its shape", async () => {
   const turns = new Map(); // start_request_id -> {runId, frames, done}
+  let cancelArrived;
+  const cancelForwarded = new Promise((r) => (cancelArrived = r));
   const handler = async (req, res, url, body) => {
     const chat = /^\/api\/sessions\/([^/]+)\/chat$/.exec(url.pathname);
     if (req.method === "POST" && chat) {
@@ -93,6 +95,7 @@ test("igraph-v2: resume by last_event_index, by start_request_id, cancel and con
     if (req.method === "POST" && /^\/api\/sessions\/[^/]+\/runs\/cancel$/.test(url.pathname)) {
       res.writeHead(202, { "content-type": "application/json" });
       res.end(JSON.stringify({ accepted: true }));
+      cancelArrived(body);
       return true;
     }
     return false;
@@ -168,7 +171,8 @@ test("igraph-v2: resume by last_event_index, by start_request_id, cancel and con
     assert.equal(typeof a1.terminal_persisted, "boolean");
     const a2 = await (await cancel()).json();
     assert.equal(a2.run_id, second, "a retried cancel names the same run");
-    assert.ok(backend.requests.includes(`POST /api/sessions/${sid}/runs/cancel`), "the cancel is forwarded to the backend");
+    // The forward is detached from the answer: wait for the backend to get it.
+    assert.deepEqual(await cancelForwarded, cancelBody, "the cancel is forwarded to the backend as sent");
     assert.equal(backend.requests.filter((r) => r.includes("/resume") || r.includes("/control")).length, 0, "resume and control were tether's");
   });
 });
@@ -177,6 +181,8 @@ test("igraph-v2: resume by last_event_index, by start_request_id, cancel and con
 
 test("preview-agents: one turn per thread, protocol-1 recovery, DELETE stop by executionId", async () => {
   let n = 0;
+  let deleteArrived;
+  const deleteForwarded = new Promise((r) => (deleteArrived = r));
   const handler = async (req, res, url) => {
     if (req.method === "POST" && /^\/projects\/[^/]+\/agents\/v2\/[^/]+\/chat\/[^/]+$/.test(url.pathname)) {
       const executionId = `exec_${++n}`;
@@ -191,6 +197,7 @@ test("preview-agents: one turn per thread, protocol-1 recovery, DELETE stop by e
     if (req.method === "DELETE" && /\/executions\/[^/]+$/.test(url.pathname)) {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ cancelRequested: true }));
+      deleteArrived(url.pathname);
       return true;
     }
     return false;
@@ -221,6 +228,7 @@ test("preview-agents: one turn per thread, protocol-1 recovery, DELETE stop by e
     const stop = await fetch(`${chat}/executions/exec_1`, { method: "DELETE" });
     assert.equal(stop.status, 200);
     assert.deepEqual(await stop.json(), { cancelRequested: true });
+    assert.equal(await deleteForwarded, "/projects/p1/agents/v2/a1/chat/thread-7/executions/exec_1", "forwarded");
 
     const after = await fetch(`${chat}/live`);
     assert.equal(after.status, 200, "a stopped run is not persisted: snapshot + STREAM_END");
