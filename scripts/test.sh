@@ -6,7 +6,8 @@
 # clients/js/test/browser) against the debug `tether` binary.
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
-# npm packages (`npm ci`), the Python and npm SDKs of the checks. Extra arguments go to
+# npm packages (`npm ci`), the Python and npm SDKs of the checks, and the client libraries of the
+# drop-in profile tests (scripts/compat, `npm ci`). Extra arguments go to
 # `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,13 +35,21 @@ cargo build --bin tether
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 
-# 2. The browser client: its dev dependencies (typescript, playwright-core, esbuild) from the
+# 2. The drop-in profiles (conf/profiles/) with the real client libraries: the AI SDK, the
+#    eventsource polyfill, the LangGraph SDK and the OpenAI SDK each resume a cut turn by their
+#    own means through the binary, in front of a scripted backend of their family.
+if [ ! -d scripts/compat/node_modules ]; then
+  (cd scripts/compat && npm ci --no-audit --no-fund --loglevel=error)
+fi
+TETHER_BIN="$target/debug/tether" node --test scripts/compat/*.test.mjs
+
+# 3. The browser client: its dev dependencies (typescript, playwright-core, esbuild) from the
 #    lockfile, then its unit tests (golden protocol-1 streams; dist/ must be the build of src/).
 cd clients/js
 npm ci --no-audit --no-fund --loglevel=error
 node --test test/unit/*.test.mjs
 
-# 3. The demo page, and the AG-UI agent in a page script bundled with esbuild, in Chromium against
+# 4. The demo page, and the AG-UI agent in a page script bundled with esbuild, in Chromium against
 #    target/debug/tether in demo mode (free ports, stopped by PID at the end). Screenshots go to
 #    target/browser-artifacts/.
 TETHER_BIN="$target/debug/tether" TETHER_ARTIFACTS="$target/browser-artifacts" \
