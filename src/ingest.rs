@@ -197,6 +197,7 @@ impl Ingest {
         let persisted = match ending {
             Ending::Clean => match self.commit {
                 Commit::Eof => self.saw_terminal && self.failure.is_none(),
+                Commit::CleanEnd => self.failure.is_none(),
                 Commit::Event { .. } => self.committed,
             },
             // `commit = event:…` counts the committing event even if the upstream then failed.
@@ -207,8 +208,8 @@ impl Ingest {
             (true, _) => None,
             (false, Ending::Stopped(r) | Ending::Failed(r)) => Some(r),
             (false, Ending::Clean) => Some(match (&self.commit, self.failure) {
-                (Commit::Eof, Some(failure)) => failure,
-                (Commit::Eof, None) => EndReason::NoTerminalEvent,
+                (Commit::Eof | Commit::CleanEnd, Some(failure)) => failure,
+                (Commit::Eof | Commit::CleanEnd, None) => EndReason::NoTerminalEvent,
                 (Commit::Event { .. }, _) => EndReason::NotCommitted,
             }),
         };
@@ -259,7 +260,7 @@ fn find_aliases(data: &[u8], pointers: &mut Vec<String>, found: &mut Vec<String>
 /// Whether `ev` is the event a `commit = event:<TYPE>[:<name>]` route waits for.
 fn commits(commit: &Commit, ev: &Event) -> bool {
     match commit {
-        Commit::Eof => false,
+        Commit::Eof | Commit::CleanEnd => false,
         Commit::Event { ty, name } => {
             ev.ty() == ty.as_bytes() && name.as_ref().is_none_or(|n| ev.name() == n.as_bytes())
         }

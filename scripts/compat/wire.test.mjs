@@ -144,9 +144,9 @@ test("igraph-v2: resume by last_event_index, by start_request_id, cancel and con
     const status = await control.json();
     assert.deepEqual(Object.keys(status).sort(), ["can_send", "execution_stopped", "run_id", "status", "terminal_persisted"]);
     assert.equal(status.run_id, runId);
-    // The run ended cleanly. SSE v2 is none of the five formats tether judges, so it cannot see a
-    // save: terminal_persisted stays false and status says "failed" (docs/protocol.md, section 9).
-    assert.notEqual(status.status, "running", JSON.stringify(status));
+    // The run ended cleanly; the profile's commit = "clean_end" counts that as the save.
+    assert.equal(status.status, "completed", JSON.stringify(status));
+    assert.equal(status.terminal_persisted, true);
     assert.equal(status.execution_stopped, true);
     assert.equal(status.can_send, true);
 

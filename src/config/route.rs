@@ -47,11 +47,14 @@ pub enum OnMiss {
     Record,
 }
 
-/// When a run counts as persisted: `eof` or `event:<TYPE>[:<name>]`.
+/// When a run counts as persisted: `eof`, `clean_end` or `event:<TYPE>[:<name>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Commit {
     /// The upstream ended cleanly after a terminal event of its format.
     Eof,
+    /// The upstream ended its body cleanly, whatever its last event (for streams whose format
+    /// tether does not judge, such as LangGraph's or an SSE v2 envelope).
+    CleanEnd,
     /// An event of this type (and `name`, when given) arrived.
     Event {
         /// The event `type`.
@@ -76,7 +79,8 @@ pub struct RouteConf {
     /// `query:<name>`, `header:<Name>` or `cookie:<name>`.
     #[serde(default = "default_chat_id")]
     pub chat_id: String,
-    /// `eof` or `event:<TYPE>[:<name>]` (record routes, and attach with `on_miss = "record"`).
+    /// `eof`, `clean_end` or `event:<TYPE>[:<name>]` (record routes, and attach with
+    /// `on_miss = "record"`).
     #[serde(default = "default_commit")]
     pub commit: String,
     /// Attach routes: what to do when the chat has no run.
@@ -235,7 +239,10 @@ impl FromStr for Commit {
         if s == "eof" {
             return Ok(Commit::Eof);
         }
-        let bad = || format!("{s:?} must be eof or event:<TYPE>[:<name>]");
+        if s == "clean_end" {
+            return Ok(Commit::CleanEnd);
+        }
+        let bad = || format!("{s:?} must be eof, clean_end or event:<TYPE>[:<name>]");
         let rest = s.strip_prefix("event:").ok_or_else(bad)?;
         match rest.split_once(':') {
             Some((ty, name)) if !ty.is_empty() && !name.is_empty() => Ok(Commit::Event {

@@ -354,12 +354,25 @@ fn dialect_mistakes_name_their_key() {
 #[test]
 fn every_profile_parses_and_validates() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/profiles");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        return;
-    };
-    for e in entries.flatten() {
+    let mut names = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let text = std::fs::read_to_string(e.path()).unwrap();
         let parsed = parse_file(&text).and_then(File::validate);
         assert!(parsed.is_ok(), "{}: {:?}", e.path().display(), parsed.err());
+        names.push(e.file_name().to_string_lossy().into_owned());
     }
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "ai-sdk.toml",
+            "eventsource.toml",
+            "igraph-v2.toml",
+            "langgraph.toml",
+            "native.toml",
+            "openai-responses.toml",
+            "preview-agents.toml",
+            "workflows.toml"
+        ]
+    );
 }

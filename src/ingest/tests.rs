@@ -143,3 +143,47 @@ fn outcome_labels_follow_the_end() {
         Outcome::Persisted
     );
 }
+
+#[test]
+fn clean_end_commit_persists_any_clean_end_and_nothing_else() {
+    let mut i = ingest(Commit::CleanEnd);
+    feed(
+        &mut i,
+        b"data: {\"protocol_version\":2,\"event_index\":0,\"events\":[]}\n\n",
+    );
+    assert_eq!(
+        i.verdict(Ending::Clean),
+        Verdict {
+            persisted: true,
+            reason: None
+        }
+    );
+    let cut = i.verdict(Ending::Failed(EndReason::UpstreamReset));
+    assert_eq!(
+        (cut.persisted, cut.reason),
+        (false, Some(EndReason::UpstreamReset))
+    );
+    assert!(!i.verdict(Ending::Stopped(EndReason::Cancelled)).persisted);
+}
+
+#[test]
+fn raw_frames_and_event_aliases_come_with_their_events() {
+    let mut i = ingest(Commit::Eof)
+        .keep_raw(Some("/n".into()))
+        .find_aliases(vec!["/run_id".into(), "/never".into()]);
+    let b = feed(
+        &mut i,
+        b"id: a\ndata: {\"type\":\"RUN_STARTED\",\"run_id\":\"r-1\",\"n\":3}\n\n: hi\n\ndata: {\"type\":\"X\"}\n\n",
+    );
+    assert_eq!(b.len(), 2);
+    let raw = i.take_raw();
+    assert_eq!(raw.len(), 2);
+    assert_eq!(
+        &raw[0].bytes[..],
+        b"id: a\ndata: {\"type\":\"RUN_STARTED\",\"run_id\":\"r-1\",\"n\":3}\n\n"
+    );
+    assert_eq!((raw[0].cursor, raw[1].cursor), (Some(3), None));
+    assert_eq!(raw[1].id.as_deref(), Some(&b"a"[..]), "the id in force");
+    assert_eq!(i.take_aliases(), ["r-1"]);
+    assert!(i.take_aliases().is_empty(), "found once");
+}
