@@ -313,7 +313,10 @@ expired = "openai"
     );
     assert_eq!(c.routes[0].aliases.len(), 3);
     let r = c.routes[1].resume.as_ref().unwrap();
-    assert_eq!((r.dialect, r.expired), (DialectKind::JsonCursor, Expired::Openai));
+    assert_eq!(
+        (r.dialect, r.expired),
+        (DialectKind::JsonCursor, Expired::Openai)
+    );
     assert_eq!(r.only_if.as_ref().unwrap().value, "true");
     // Without a verbatim route, no raw record.
     assert_eq!(Config::load(&flags()).unwrap().raw, None);
@@ -325,7 +328,10 @@ fn dialect_mistakes_name_their_key() {
         format!("[[routes]]\nmethods = [\"GET\"]\npath = \"/r/{{id}}\"\nkind = \"resume\"\nrun = \"path:id\"\n{extra}")
     };
     assert_eq!(routes_err(&resume("")).key, "routes[0].dialect");
-    assert_eq!(routes_err(&resume("dialect = \"nope\"")).key, "routes[0].dialect");
+    assert_eq!(
+        routes_err(&resume("dialect = \"nope\"")).key,
+        "routes[0].dialect"
+    );
     assert_eq!(
         routes_err(&resume("dialect = \"json_cursor\"\ncursor = \"query:c\"")).key,
         "routes[0].cursor_field"
@@ -338,7 +344,8 @@ fn dialect_mistakes_name_their_key() {
         routes_err(&resume("dialect = \"last_event_id\"\nonly_if = \"stream\"")).key,
         "routes[0].only_if"
     );
-    let record = "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"inject\"\n";
+    let record =
+        "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"inject\"\n";
     assert_eq!(routes_err(record).key, "routes[0].ids");
     let alias = "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"record\"\naliases = [\"body\"]\n";
     assert_eq!(routes_err(alias).key, "routes[0].aliases");
