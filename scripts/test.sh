@@ -6,8 +6,9 @@
 # clients/js/test/browser) against the debug `tether` binary.
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
-# npm packages (`npm ci`), the Python and npm SDKs of the checks, and the client libraries of the
-# drop-in profile tests (scripts/compat, `npm ci`). Extra arguments go to
+# npm packages (`npm ci`), the Python and npm SDKs of the checks, the client libraries of the
+# drop-in profile tests (scripts/compat, `npm ci`), and redis-server (the shared journal's
+# integration tests start their own). Extra arguments go to
 # `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,8 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
+# tests/journal.rs starts its own redis-server (Debian's, 7.x) on a free port.
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
 
 # 1. Rust: unit, property and integration tests; the SDK agreement checks; then the binary the

@@ -81,6 +81,15 @@ impl Auth {
         }
     }
 
+    /// An authenticator for `subject` whose key is derived from `secret`: every replica that
+    /// shares the secret derives the same owners (a shared journal needs that).
+    pub fn with_secret(subject: Subject, secret: &[u8]) -> Self {
+        Auth {
+            subject,
+            key: blake3::derive_key("tether 2025 owner key", secret),
+        }
+    }
+
     /// The registry key of `chat_id` for `owner`.
     pub fn scope(owner: &Owner, chat_id: &str) -> String {
         match &owner.0 {

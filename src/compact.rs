@@ -216,6 +216,18 @@ impl Compactor {
         });
     }
 
+    /// A history that starts as `body`, the `events` array contents (comma-separated, as
+    /// [`Capture::write_to`] writes them) of `events` already compacted events: a checkpoint
+    /// read back from a shared journal. Later events never merge into it.
+    pub fn seeded(body: &[u8], events: usize) -> Self {
+        let mut c = Compactor::new();
+        if events > 0 {
+            c.log.push(body);
+            c.events = events;
+        }
+        c
+    }
+
     /// Shares the history as it is now. Copies no text.
     pub fn capture(&mut self) -> Capture {
         Capture {

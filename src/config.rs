@@ -15,7 +15,9 @@ mod source;
 use std::net::SocketAddr;
 
 pub use crate::error::ConfigError;
-pub use file::{parse_file, AuthConf, Dur, File, Limits, Recorder, Server, Subject, Upstream};
+pub use file::{
+    parse_file, AuthConf, Dur, File, JournalConf, Limits, Recorder, Server, Subject, Upstream,
+};
 pub use flags::{Flags, LogFormat};
 pub use pattern::{Captures, RoutePath};
 pub use resume::{
@@ -56,6 +58,23 @@ pub struct Config {
     pub raw: Option<RawRecord>,
     /// The secret resume tokens are signed with.
     pub secret: Vec<u8>,
+    /// Whether the secret was configured (not drawn at random at start).
+    pub secret_configured: bool,
+    /// The shared journal, when one is configured.
+    pub journal: Option<Journal>,
+}
+
+/// The shared journal's validated settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Journal {
+    /// `redis://…`
+    pub url: String,
+    /// This replica's name.
+    pub replica_id: String,
+    /// Liveness lease.
+    pub lease: std::time::Duration,
+    /// Follower poll interval.
+    pub poll: std::time::Duration,
 }
 
 /// The raw record's settings, derived from the routes that read it.
@@ -116,9 +135,22 @@ impl Config {
         if let Some(v) = flags.abandon_after {
             file.limits.abandon_after = Dur(v);
         }
+        if let Some(v) = &flags.journal {
+            file.journal.url = v.clone();
+        }
+        if let Some(v) = &flags.replica_id {
+            file.journal.replica_id = v.clone();
+        }
         let mut cfg = file.validate()?;
         if let Some(s) = &flags.auth_subject {
             cfg.subject = s.clone();
+        }
+        if cfg.journal.is_some() && cfg.subject != Subject::None && !cfg.secret_configured {
+            return Err(err(
+                "auth.secret",
+                "a shared journal with an auth subject needs the secret every replica shares \
+                 ([auth] secret or TETHER_AUTH_SECRET)",
+            ));
         }
         Ok(cfg)
     }
@@ -162,6 +194,62 @@ fn raw_record(routes: &[Route], cap: usize) -> Result<Option<RawRecord>, ConfigE
         cap,
         cursor_field: field.map(str::to_string),
     }))
+}
+
+/// The `[journal]` table checked: `None` when no URL is set.
+fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
+    let url = j.url.trim();
+    if url.is_empty() {
+        return Ok(None);
+    }
+    if url.starts_with("rediss://") {
+        return Err(err(
+            "journal.url",
+            "rediss:// (TLS) is not built into this tether; use redis:// on a private network",
+        ));
+    }
+    if !url.starts_with("redis://") {
+        return Err(err(
+            "journal.url",
+            format!("{url:?} must be redis://HOST:PORT[/DB]"),
+        ));
+    }
+    if j.lease.0 < std::time::Duration::from_millis(100) {
+        return Err(err("journal.lease", "must be at least 100ms"));
+    }
+    if j.poll.0.is_zero() || j.poll.0 > std::time::Duration::from_secs(1) {
+        return Err(err("journal.poll", "must be more than 0s and at most 1s"));
+    }
+    let replica_id = match j.replica_id.trim() {
+        "" => default_replica_id(),
+        r if r.len() > 64 || r.contains(['{', '}', ' ']) => {
+            return Err(err(
+                "journal.replica_id",
+                "must be at most 64 characters, without spaces or braces",
+            ))
+        }
+        r => r.to_string(),
+    };
+    Ok(Some(Journal {
+        url: url.to_string(),
+        replica_id,
+        lease: j.lease.0,
+        poll: j.poll.0,
+    }))
+}
+
+/// `hostname-pid-random`: unique per process even when two share a host and a pid namespace.
+fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().replace(['{', '}', ' '], ""))
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "tether".into());
+    format!(
+        "{host}-{}-{:06x}",
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
 }
 
 fn addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
@@ -234,6 +322,8 @@ impl File {
         }
         let serve_client = self.server.serve_client.unwrap_or(upstream.is_none());
         let raw = raw_record(&routes, self.recorder.max_raw_bytes_per_run)?;
+        let journal = journal(&self.journal)?;
+        let secret_configured = flags_secret().is_some() || !self.auth.secret.is_empty();
         let secret = match (&flags_secret(), self.auth.secret.as_str()) {
             (Some(s), _) => s.clone().into_bytes(),
             (None, "") => rand::random::<[u8; 32]>().to_vec(),
@@ -252,6 +342,8 @@ impl File {
             routes,
             raw,
             secret,
+            secret_configured,
+            journal,
         })
     }
 }

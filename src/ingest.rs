@@ -221,6 +221,8 @@ impl Ingest {
 pub fn outcome(end: &End, ending: Ending) -> Outcome {
     if end.superseded {
         Outcome::Superseded
+    } else if end.reason == Some(EndReason::OwnerLost) {
+        Outcome::OwnerLost
     } else if ending == Ending::Stopped(EndReason::Cancelled) {
         Outcome::Cancelled
     } else if end.persisted {

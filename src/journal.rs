@@ -8,6 +8,7 @@
 
 pub mod memory;
 pub mod raw;
+pub mod redis;
 
 use std::fmt::Debug;
 
@@ -47,6 +48,8 @@ label_enum! {
         ResponseIncomplete => "response_incomplete",
         /// The upstream sent an error event (Anthropic `error`, AI SDK `error` chunk).
         ErrorEvent => "error_event",
+        /// The replica producing it died or stalled (shared journal only).
+        OwnerLost => "owner_lost",
     }
 }
 
@@ -204,6 +207,42 @@ pub trait Journal: Send + Sync + Debug {
 
     /// Wakes every reader without a change to the log (the producer finished).
     fn wake(&self);
+}
+
+impl<J: Journal> Journal for std::sync::Arc<J> {
+    fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
+        (**self).append_raw(events, raw)
+    }
+    fn read_raw(&self, from: u64, max: usize) -> Option<RawRead> {
+        (**self).read_raw(from, max)
+    }
+    fn seek(&self, by: SeekBy<'_>) -> Option<Seek> {
+        (**self).seek(by)
+    }
+    fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
+        (**self).read_after(after, max)
+    }
+    fn capture(&self) -> SnapshotCapture {
+        (**self).capture()
+    }
+    fn end(&self, end: End) -> (End, bool) {
+        (**self).end(end)
+    }
+    fn ended(&self) -> Option<End> {
+        (**self).ended()
+    }
+    fn head(&self) -> u64 {
+        (**self).head()
+    }
+    fn held_bytes(&self) -> usize {
+        (**self).held_bytes()
+    }
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        (**self).subscribe()
+    }
+    fn wake(&self) {
+        (**self).wake()
+    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ label_enum! {
         Superseded => "superseded",
         /// A stop route stopped it.
         Cancelled => "cancelled",
+        /// The replica producing it died or stalled (shared journal).
+        OwnerLost => "owner_lost",
     }
 }
 
@@ -404,6 +406,13 @@ impl Metrics {
                 self.runs_started
                     .with_label_values(&[route, format.as_str()]);
             }
+        }
+    }
+
+    /// Adds a family defined elsewhere (the shared journal's) to this sidecar's registry.
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        if let Err(e) = self.registry.register(c) {
+            log::warn!("metric not registered: {e}");
         }
     }
 

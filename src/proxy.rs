@@ -38,6 +38,21 @@ impl Sidecar {
         Sidecar { shared }
     }
 
+    /// Brings what the shared journal knows of the chat at `scope` (its current run, and run
+    /// `run_id` when given) into the registry before a lookup. Nothing without a journal.
+    pub(crate) async fn sync_chat(&self, scope: &str, owner: &Owner, run_id: Option<&str>) {
+        if let Some(j) = &self.shared.journal {
+            j.sync_chat(scope, *owner, run_id).await;
+        }
+    }
+
+    /// Like [`Self::sync_chat`] for a run named by id or alias.
+    pub(crate) async fn sync_id(&self, owner: &Owner, id: &str) {
+        if let Some(j) = &self.shared.journal {
+            j.sync_id(*owner, id).await;
+        }
+    }
+
     /// The caller's owner, or the 401 to answer.
     pub(crate) fn owner(&self, session: &Session) -> std::result::Result<Owner, ApiError> {
         self.shared.auth.owner(&session.req_header().headers)

@@ -264,6 +264,40 @@ impl Registry {
         superseded
     }
 
+    /// Adds `run`, a mirror of another replica's run of the chat at `scope`, as the chat's
+    /// current run (a previous run produced here and still live is superseded, as by
+    /// [`Self::go_live`]) or as one of its older runs.
+    pub fn adopt(&self, scope: &str, owner: Owner, run: Arc<Run>, current: bool) {
+        {
+            let mut chat = self
+                .chats
+                .entry(scope.to_string())
+                .or_insert_with(|| Chat::new(owner));
+            if chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
+                return;
+            }
+            if current {
+                if let Some(prev) = chat.current.replace(run.clone()) {
+                    if !prev.is_mirror() {
+                        prev.supersede(run.id());
+                    }
+                    chat.older.push(prev);
+                }
+            } else {
+                chat.older.push(run.clone());
+            }
+            if chat.older.len() > MAX_OLDER {
+                if let Some(i) = chat.older.iter().position(|r| !r.is_producing()) {
+                    let gone = chat.older.remove(i);
+                    self.forget(&gone);
+                }
+            }
+        }
+        self.index(&owner, run.id(), scope, &run);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.notify();
+    }
+
     /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
     /// alias (the backend's id for the run). A later run with the same alias takes it over.
     pub fn index(&self, owner: &Owner, id: &str, scope: &str, run: &Arc<Run>) {

@@ -50,6 +50,10 @@ pub struct Run {
     header: Mutex<Option<Arc<pingora_http::ResponseHeader>>>,
     /// The resume-token headers its record route hands out.
     tokens: Mutex<Option<crate::config::Tokens>>,
+    /// A local copy of a run another replica produces (shared journal).
+    mirror: AtomicBool,
+    /// Its go-live reached the shared journal.
+    journaled: AtomicBool,
 }
 
 impl Run {
@@ -79,7 +83,29 @@ impl Run {
             alias: Mutex::new(None),
             header: Mutex::new(None),
             tokens: Mutex::new(None),
+            mirror: AtomicBool::new(false),
+            journaled: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the run as a mirror of a run another replica produces.
+    pub fn set_mirror(&self) {
+        self.mirror.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run is a mirror of a run another replica produces.
+    pub fn is_mirror(&self) -> bool {
+        self.mirror.load(Ordering::Relaxed)
+    }
+
+    /// Marks the run as written to the shared journal.
+    pub fn set_journaled(&self) {
+        self.journaled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run's go-live reached the shared journal.
+    pub fn is_journaled(&self) -> bool {
+        self.journaled.load(Ordering::Relaxed)
     }
 
     /// Sets the resume-token headers of the run's responses.

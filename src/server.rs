@@ -93,9 +93,28 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         evicted.inc_by(EvictReason::Expired, swept.expired as u64);
         evicted.inc_by(EvictReason::Capacity, swept.capacity as u64);
     });
+    let journal = match &cfg.journal {
+        None => None,
+        Some(j) => Some(
+            crate::journal::redis::Cluster::start(
+                j.clone(),
+                cfg.recorder.window,
+                cfg.recorder.retention.0,
+                cfg.raw.as_ref().map(|r| r.cap),
+                registry.clone(),
+                metrics.clone(),
+            )
+            .map_err(|e| std::io::Error::other(format!("journal: {e}")))?,
+        ),
+    };
+    let auth = match &journal {
+        Some(_) => Auth::with_secret(cfg.subject.clone(), &cfg.secret),
+        None => Auth::new(cfg.subject.clone()),
+    };
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())),
-        auth: Auth::new(cfg.subject.clone()),
+        auth,
+        journal,
         registry: registry.clone(),
         metrics: metrics.clone(),
         draining: Default::default(),

@@ -199,6 +199,33 @@ impl Default for Limits {
     }
 }
 
+/// `[journal]`: the shared journal that lets several replicas serve every run (off when `url`
+/// is empty).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalConf {
+    /// `redis://HOST:PORT[/DB]`; empty: the in-process journal only.
+    pub url: String,
+    /// This replica's name in the journal; empty: hostname, pid and a random suffix.
+    pub replica_id: String,
+    /// How long a replica's liveness lasts without a refresh; its live runs are ended as
+    /// `owner_lost` by another replica within about 1.5x this.
+    pub lease: Dur,
+    /// How often a follower reads the stream without a wake-up (the safety net for a lost one).
+    pub poll: Dur,
+}
+
+impl Default for JournalConf {
+    fn default() -> Self {
+        JournalConf {
+            url: String::new(),
+            replica_id: String::new(),
+            lease: Dur(Duration::from_secs(10)),
+            poll: Dur(Duration::from_secs(1)),
+        }
+    }
+}
+
 /// The whole file, as read.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
@@ -213,6 +240,8 @@ pub struct File {
     pub auth: AuthConf,
     /// `[limits]`
     pub limits: Limits,
+    /// `[journal]`
+    pub journal: JournalConf,
     /// `[[routes]]`; when absent, the defaults of [`default_routes`].
     pub routes: Option<Vec<RouteConf>>,
 }

@@ -76,6 +76,12 @@ pub struct Flags {
     /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
     #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
     pub auth_subject: Option<Subject>,
+    /// Shared journal, redis://HOST:PORT[/DB]: every replica serves every run [default: off].
+    #[arg(long, env = "TETHER_JOURNAL")]
+    pub journal: Option<String>,
+    /// This replica's name in the shared journal [default: hostname-pid-random].
+    #[arg(long, env = "TETHER_REPLICA_ID")]
+    pub replica_id: Option<String>,
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -70,6 +70,107 @@ impl MemoryJournal {
     }
 }
 
+/// A mirror's append found a gap: the events before `first` are missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap;
+
+impl MemoryJournal {
+    /// A mirror of another replica's run: its head is `at`, its history `history` (a
+    /// checkpoint, at or after `at`'s events), and its raw record (when kept) starts at frame
+    /// `raw_first`. Events are added by [`Self::append_at`].
+    pub fn mirror(
+        run_id: &str,
+        window: usize,
+        raw_cap: Option<usize>,
+        at: u64,
+        history: Compactor,
+        raw_first: u64,
+        named: bool,
+    ) -> Self {
+        let j = Self::with_raw(run_id, window, None);
+        {
+            let mut st = j.state.lock();
+            st.head = at;
+            st.history = history;
+            st.raw = raw_cap.map(|cap| RawLog::starting_at(cap, raw_first, named));
+        }
+        j
+    }
+
+    /// Records events whose first seq is `first`, skipping those already held (a retried
+    /// read) and adding to the history only those after `history_after` (the checkpoint the
+    /// history was seeded with). Raw frames start at index `raw_first`; those already held are
+    /// skipped. Returns the events recorded, or [`Gap`] when `first` is past the head + 1.
+    pub fn append_at(
+        &self,
+        first: u64,
+        events: &[Event],
+        raw: Vec<Frame>,
+        raw_first: u64,
+        history_after: u64,
+    ) -> Result<usize, Gap> {
+        let mut st = self.state.lock();
+        if st.end.is_some() {
+            return Ok(0);
+        }
+        if first > st.head + 1 {
+            return Err(Gap);
+        }
+        let skip = (st.head + 1 - first) as usize;
+        let now = Instant::now();
+        let mut buf = BytesMut::new();
+        let mut n = 0;
+        for e in events.iter().skip(skip) {
+            st.head += 1;
+            let head = st.head;
+            match &e.sse_name {
+                None => self.encoder.write(&mut buf, head, &e.json),
+                Some(name) => self.encoder.write_named(&mut buf, head, &e.json, name),
+            }
+            let frame = buf.split().freeze();
+            st.window_bytes += frame.len();
+            st.window.push_back((frame, now));
+            if st.window.len() > self.window_cap {
+                if let Some((old, _)) = st.window.pop_front() {
+                    st.window_bytes -= old.len();
+                }
+            }
+            if head > history_after {
+                st.history.push(e);
+            }
+            n += 1;
+        }
+        if let Some(log) = &mut st.raw {
+            let have = log.end();
+            for (i, f) in raw.into_iter().enumerate() {
+                if raw_first + i as u64 >= have {
+                    log.push(f);
+                }
+            }
+        }
+        let head = st.head;
+        drop(st);
+        if n > 0 {
+            self.wake.send_replace(head);
+        }
+        Ok(n)
+    }
+
+    /// Takes over the log of `other` (a mirror re-seeded after a gap) and wakes readers: a
+    /// reader behind the new window is reset by snapshot, as any lagged reader.
+    pub fn replace_with(&self, other: MemoryJournal) {
+        let new = other.state.into_inner();
+        let head = new.head;
+        *self.state.lock() = new;
+        self.wake.send_replace(head);
+    }
+
+    /// The raw record's next frame index (0 when none is kept).
+    pub fn raw_end(&self) -> u64 {
+        self.state.lock().raw.as_ref().map_or(0, RawLog::end)
+    }
+}
+
 impl Journal for MemoryJournal {
     fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
         if events.is_empty() {

@@ -55,6 +55,17 @@ impl RawLog {
         }
     }
 
+    /// An empty record whose next frame gets index `first` (a mirror that never saw the frames
+    /// before it), marked `named` when the upstream was known to use `event:` lines.
+    pub fn starting_at(cap: usize, first: u64, named: bool) -> Self {
+        RawLog {
+            cap,
+            first,
+            named,
+            ..RawLog::default()
+        }
+    }
+
     /// Appends the next frame; drops the oldest while over the cap (the newest always stays).
     pub fn push(&mut self, frame: Frame) {
         self.named |= frame.named;

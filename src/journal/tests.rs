@@ -70,7 +70,8 @@ fn end_reasons_read_as_their_wire_names() {
             "not_committed",
             "response_failed",
             "response_incomplete",
-            "error_event"
+            "error_event",
+            "owner_lost"
         ]
     );
 }

@@ -54,6 +54,20 @@ impl Sidecar {
         }
         let owner = self.owner(session)?;
         let scope = Auth::scope(&owner, &req.chat_id);
+        self.sync_chat(&scope, &owner, req.run_id.as_deref()).await;
+        if let (Some(id), Some(after)) = (&req.run_id, req.after_seq) {
+            // A mirror a little behind the producer: a cursor just ahead of it waits for the
+            // follower (up to a second) before it counts as a future cursor.
+            if let Some(run) = s
+                .registry
+                .find(&scope, &owner, id)
+                .filter(|r| r.is_mirror())
+            {
+                let mut rx = run.subscribe();
+                let wait = rx.wait_for(|_| run.head() >= after || run.end().is_some());
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), wait).await;
+            }
+        }
         let mut decision = attach::decide(
             &s.registry,
             &scope,

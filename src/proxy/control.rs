@@ -11,7 +11,7 @@ use log::{info, warn};
 use pingora_proxy::Session;
 use serde_json::json;
 
-use super::resume::first_key;
+use super::resume::{first_key, Lookup};
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
 use crate::auth::Auth;
@@ -53,6 +53,20 @@ impl Sidecar {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
+        if s.journal.is_some() {
+            let lookup = {
+                let header = |h: &str| header_value(session, h);
+                let parts = Parts {
+                    captures: &m.captures,
+                    query: session.req_header().uri.query(),
+                    header: &header,
+                };
+                self.stop_lookup(route, &parts, &body, &owner)
+            };
+            if let Some(l) = lookup {
+                self.sync_lookup(&l, &owner).await;
+            }
+        }
         let (run, named, scope, cancel_id) = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
@@ -88,7 +102,13 @@ impl Sidecar {
         }
         if run.is_producing() {
             info!("run {}: stop requested", run.id());
-            run.request_stop(EndReason::Cancelled);
+            let remote = match (&s.journal, &scope) {
+                (Some(j), Some(sc)) => j.stop_remote(&run, sc, EndReason::Cancelled).await,
+                _ => false,
+            };
+            if !remote {
+                run.request_stop(EndReason::Cancelled);
+            }
         }
         if route.forward {
             self.forward_stop(session, body);
@@ -156,6 +176,27 @@ impl Sidecar {
         }
     }
 
+    /// What a stop names, for the shared journal's lookup (`None` when the request is
+    /// malformed: the registry lookup answers that).
+    fn stop_lookup(
+        &self,
+        route: &crate::config::Route,
+        parts: &Parts<'_>,
+        body: &[u8],
+        owner: &crate::auth::Owner,
+    ) -> Option<Lookup> {
+        if route.run.is_empty() && route.cancel_request_id.is_none() {
+            let req = request::stop(&route.chat_id, body, parts).ok()?;
+            return Some(Lookup::Chat(Auth::scope(owner, &req.chat_id), req.run_id));
+        }
+        let map = request::control_body(&route.chat_id, body).ok()?;
+        if let Ok(Some(id)) = first_key(&route.run, parts, Some(&map)) {
+            return Some(Lookup::Id(id));
+        }
+        let chat = request::chat_id(&route.chat_id, parts, Some(&map)).ok()?;
+        Some(Lookup::Chat(Auth::scope(owner, &chat), None))
+    }
+
     /// Tells the backend too, detached: the client's answer does not wait for it.
     fn forward_stop(&self, session: &Session, body: Bytes) {
         let upstream = self.shared.upstream.clone();
@@ -179,6 +220,28 @@ impl Sidecar {
     pub(crate) async fn status(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
         let owner = self.owner(session)?;
+        if s.journal.is_some() {
+            let lookup = {
+                let header = |h: &str| header_value(session, h);
+                let parts = Parts {
+                    captures: &m.captures,
+                    query: session.req_header().uri.query(),
+                    header: &header,
+                };
+                match m.route.run.is_empty() {
+                    true => request::status(&m.route.chat_id, &parts)
+                        .ok()
+                        .map(|c| Lookup::Chat(Auth::scope(&owner, &c), None)),
+                    false => first_key(&m.route.run, &parts, None)
+                        .ok()
+                        .flatten()
+                        .map(Lookup::Id),
+                }
+            };
+            if let Some(l) = lookup {
+                self.sync_lookup(&l, &owner).await;
+            }
+        }
         let header = |h: &str| header_value(session, h);
         let parts = Parts {
             captures: &m.captures,

@@ -110,6 +110,8 @@ impl Sidecar {
         let id = super::session::header_value(session, name)?;
         let reg = &self.shared.registry;
         let scope = Auth::scope(owner, chat_id);
+        let run_id = id.rsplit_once(':').map(|(r, _)| r.to_string());
+        self.sync_chat(&scope, owner, run_id.as_deref()).await;
         let named = id
             .rsplit_once(':')
             .and_then(|(run_id, _)| reg.find(&scope, owner, run_id));
@@ -247,6 +249,7 @@ impl Sidecar {
                 aliases: route.aliases.clone(),
                 request_aliases,
                 tokens: route.tokens.clone(),
+                journal: s.journal.clone(),
             },
         );
         match head.await {

@@ -41,6 +41,14 @@ pub(crate) fn first_key(
     Ok(None)
 }
 
+/// What a request names, for the shared journal's lookup before the registry's.
+pub(crate) enum Lookup {
+    /// A run by tether's run id or an alias.
+    Id(String),
+    /// A chat by scope, and one of its runs when named.
+    Chat(String, Option<String>),
+}
+
 /// The status answer of a refused resume, and its metric result.
 fn refused(dialect: DialectKind, r: Refusal, on_nothing: OnNothing) -> (AttachResult, Handled) {
     let not_found = || Err(ApiError::new(Code::NoRun, "no such run to resume"));
@@ -100,6 +108,16 @@ impl Sidecar {
             true => None,
             false => Some(json_object(&body)?),
         };
+        let lookup = {
+            let header = |h: &str| header_value(session, h);
+            let parts = Parts {
+                captures: &m.captures,
+                query: session.req_header().uri.query(),
+                header: &header,
+            };
+            self.lookup(route, &parts, map.as_ref(), &owner)?
+        };
+        self.sync_lookup(&lookup, &owner).await;
         let (run, cursor, named) = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
@@ -159,6 +177,36 @@ impl Sidecar {
         };
         self.serve_verbatim(session, &run, plan, kind, false, &owner)
             .await
+    }
+
+    /// What a resume, stop or status request names, before the registry is asked: a run id
+    /// or alias, or a chat (its scope).
+    pub(crate) fn lookup(
+        &self,
+        route: &Route,
+        parts: &Parts<'_>,
+        body: Option<&Map<String, Value>>,
+        owner: &Owner,
+    ) -> Result<Lookup, ApiError> {
+        if !route.run.is_empty() {
+            return match first_key(&route.run, parts, body)? {
+                Some(id) => Ok(Lookup::Id(id)),
+                None => Err(ApiError::new(
+                    Code::InvalidRunId,
+                    "the request names no run",
+                )),
+            };
+        }
+        let chat_id = request::chat_id(&route.chat_id, parts, body)?;
+        Ok(Lookup::Chat(Auth::scope(owner, &chat_id), None))
+    }
+
+    /// Brings what the shared journal knows of a lookup into the registry.
+    pub(crate) async fn sync_lookup(&self, lookup: &Lookup, owner: &Owner) {
+        match lookup {
+            Lookup::Id(id) => self.sync_id(owner, id).await,
+            Lookup::Chat(scope, run) => self.sync_chat(scope, owner, run.as_deref()).await,
+        }
     }
 
     /// The run a resume, stop or status request names: by the route's `run` sources (tether's

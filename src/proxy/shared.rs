@@ -33,4 +33,6 @@ pub struct Shared {
     pub observers: TaskTracker,
     /// Cancelled when the drain ends: live observer streams stop.
     pub stop: CancellationToken,
+    /// The shared journal, when one is configured.
+    pub journal: Option<Arc<crate::journal::redis::Cluster>>,
 }

@@ -58,7 +58,12 @@ impl HttpServerApp for Admin {
                 if self.shared.draining.load(Ordering::Relaxed) {
                     respond(&mut s, 503, "text/plain", Bytes::from_static(b"draining\n")).await
                 } else {
-                    respond(&mut s, 200, "text/plain", Bytes::from_static(b"ready\n")).await
+                    let body: &'static [u8] = match &self.shared.journal {
+                        Some(j) if j.is_degraded() => b"ready\njournal: degraded\n",
+                        Some(_) => b"ready\njournal: ok\n",
+                        None => b"ready\n",
+                    };
+                    respond(&mut s, 200, "text/plain", Bytes::from_static(body)).await
                 }
             }
             _ => {

@@ -24,6 +24,7 @@ use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::format::{detect_from_headers, Event, FormatChoice, FormatKind};
 use crate::ingest::{outcome, Ending, Ingest};
+use crate::journal::redis::{header_text, spawn_writer, Cluster, Meta, Recorder};
 use crate::journal::EndReason;
 use crate::metrics::{DropReason, Metrics};
 use crate::registry::{Pending, Registry};
@@ -139,6 +140,8 @@ pub struct Job {
     pub request_aliases: Vec<String>,
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
+    /// The shared journal the run is also written to, when one is configured.
+    pub journal: Option<Arc<Cluster>>,
 }
 
 /// Starts the producer as its own task, detached from the requester: whatever the requester
@@ -176,6 +179,7 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         aliases,
         request_aliases,
         tokens,
+        journal,
     } = job;
     let mut s = match upstream.open(&request, &body, Some(&run_id)).await {
         Ok(s) => s,
@@ -202,7 +206,15 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         });
         return;
     }
-    let run = Arc::new(Run::with_raw(run_id, window, raw.as_ref().map(|r| r.cap)));
+    let raw_cap = raw.as_ref().map(|r| r.cap);
+    let (run, recorder) = match &journal {
+        Some(_) => {
+            let (rec, inbox) = Recorder::new(&run_id, window, raw_cap);
+            let run = Arc::new(Run::with_journal(run_id, Box::new(rec.clone())));
+            (run, Some((rec, inbox)))
+        }
+        None => (Arc::new(Run::with_raw(run_id, window, raw_cap)), None),
+    };
     run.set_header(header.clone());
     if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
         run.set_tokens(tokens);
@@ -212,10 +224,23 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
     let guard = run.observe();
     registry.go_live(&pending, run.clone());
     drop(pending);
+    let recorder = match (journal, recorder) {
+        (Some(c), Some((rec, inbox))) => {
+            let meta = Meta {
+                scope: chat_id.clone(),
+                owner,
+                header: header_text(&header),
+            };
+            spawn_writer(c, run.clone(), inbox, meta);
+            Some(rec)
+        }
+        _ => None,
+    };
     let naming = Naming {
         registry: &registry,
         owner,
         scope: &chat_id,
+        recorder,
     };
     let header_aliases = aliases.iter().filter_map(|a| match a {
         Alias::Header(h) => header
@@ -408,6 +433,8 @@ struct Naming<'a> {
     registry: &'a Registry,
     owner: Owner,
     scope: &'a str,
+    /// The run's shared-journal writer, told about each alias.
+    recorder: Option<Recorder>,
 }
 
 impl Naming<'_> {
@@ -417,6 +444,9 @@ impl Naming<'_> {
         }
         self.registry.index(&self.owner, alias, self.scope, run);
         run.set_alias(alias);
+        if let Some(r) = &self.recorder {
+            r.alias(alias);
+        }
         info!("run {}: known to the backend as {alias:?}", run.id());
     }
 }

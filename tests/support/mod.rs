@@ -10,6 +10,7 @@
 mod backend;
 mod client;
 mod frames;
+mod redis;
 mod sidecar;
 
 use std::future::Future;
@@ -23,6 +24,7 @@ pub use backend::{
 };
 pub use client::{close_with_rst, parse_head, post, request, Head, Resp};
 pub use frames::{parse_frame, Frame, Reduced};
+pub use redis::RedisServer;
 pub use sidecar::{demo_sidecar, sidecar, Sidecar};
 
 pub use tether::auth::Owner;

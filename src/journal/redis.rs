@@ -1,0 +1,441 @@
+//! The shared journal on Redis Streams: any replica serves any run. Opt-in (`[journal] url`);
+//! without it no Redis code runs. The in-process [`MemoryJournal`](super::memory::MemoryJournal)
+//! stays the hot path everywhere:
+//!
+//! - the producing replica records into it as always and a writer task per run copies each
+//!   batch to Redis asynchronously ([`writer`]), never slowing the producer;
+//! - a replica that serves a run it does not produce keeps a local mirror run fed by one
+//!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
+//!
+//! Keys (one hash tag `{c}` per chat, `c` = 16 hex digits of the chat scope's BLAKE3):
+//! `tj:{c}:chat` (hash: `run`), `tj:{c}:r:<run>:m` (meta hash), `:s` (stream, entry
+//! `<last>-0` per batch, `<head>-1` for the end), `:k` (checkpoint), doorbell channel `:n`.
+//! Per replica: `tj:{rep:<id>}:alive` (its lease token, `PX lease`) and control channel
+//! `tj:{rep:<id>}:ctl`. Run ids and aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
+
+pub mod codec;
+mod follower;
+mod recorder;
+pub mod scripts;
+mod writer;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use log::{info, warn};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{AsyncCommands, PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, Notify};
+
+use crate::auth::{Auth, Owner};
+use crate::config;
+use crate::journal::EndReason;
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::run::Run;
+pub use follower::header_text;
+pub use recorder::{Recorder, WriterInbox};
+pub use writer::{spawn as spawn_writer, Meta};
+
+/// How long one Redis call may take before it counts as failed (the journal degrades).
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The keys of one run.
+#[derive(Debug, Clone)]
+pub struct RunKeys {
+    /// The chat's pointer hash.
+    pub chat: String,
+    /// The run's meta hash.
+    pub m: String,
+    /// The run's stream.
+    pub s: String,
+    /// The run's checkpoint.
+    pub k: String,
+    /// The run's doorbell channel.
+    pub bell: String,
+}
+
+/// The hash tag of a chat scope.
+fn tag(scope: &str) -> String {
+    blake3::hash(scope.as_bytes()).to_hex()[..16].to_string()
+}
+
+impl RunKeys {
+    /// The keys of run `run` of the chat at `scope`.
+    pub fn new(scope: &str, run: &str) -> Self {
+        let c = tag(scope);
+        RunKeys {
+            chat: format!("tj:{{{c}}}:chat"),
+            m: format!("tj:{{{c}}}:r:{run}:m"),
+            s: format!("tj:{{{c}}}:r:{run}:s"),
+            k: format!("tj:{{{c}}}:r:{run}:k"),
+            bell: format!("tj:{{{c}}}:r:{run}:n"),
+        }
+    }
+}
+
+/// The chat pointer key of a scope.
+fn chat_key(scope: &str) -> String {
+    format!("tj:{{{}}}:chat", tag(scope))
+}
+
+/// The id-index key of a run id or alias for `owner`.
+fn id_key(owner: &Owner, id: &str) -> String {
+    format!("tj:{{i:{}}}:id", tag(&Auth::scope(owner, id)))
+}
+
+/// The shared journal's metric families (J11).
+#[derive(Clone)]
+pub struct JournalMetrics {
+    /// `tether_journal_writes_total{result}`: script calls by result.
+    pub writes: IntCounterVec,
+    /// `tether_journal_write_seconds`.
+    pub write_seconds: Histogram,
+    /// `tether_journal_degraded`: 1 while Redis cannot be written.
+    pub degraded: IntGauge,
+    /// `tether_journal_followers`: follower tasks running here.
+    pub followers: IntGauge,
+}
+
+impl JournalMetrics {
+    fn new(m: &Metrics) -> Self {
+        let writes = IntCounterVec::new(
+            Opts::new(
+                "tether_journal_writes_total",
+                "Shared-journal script calls by result",
+            ),
+            &["result"],
+        )
+        .expect("valid metric definition");
+        for r in ["ok", "error", "dropped", "fenced", "ended"] {
+            writes.with_label_values(&[r]);
+        }
+        let write_seconds = Histogram::with_opts(HistogramOpts::new(
+            "tether_journal_write_seconds",
+            "Duration of shared-journal writes",
+        ))
+        .expect("valid metric definition");
+        let degraded = IntGauge::new(
+            "tether_journal_degraded",
+            "1 while the shared journal cannot be written",
+        )
+        .expect("valid metric definition");
+        let followers = IntGauge::new(
+            "tether_journal_followers",
+            "Runs of other replicas followed here",
+        )
+        .expect("valid metric definition");
+        m.register(Box::new(writes.clone()));
+        m.register(Box::new(write_seconds.clone()));
+        m.register(Box::new(degraded.clone()));
+        m.register(Box::new(followers.clone()));
+        JournalMetrics {
+            writes,
+            write_seconds,
+            degraded,
+            followers,
+        }
+    }
+}
+
+/// One replica's connection to the shared journal.
+pub struct Cluster {
+    /// Validated settings.
+    pub cfg: config::Journal,
+    /// Replay window (events) of every run.
+    pub window: usize,
+    /// How long ended runs stay in Redis.
+    pub retention: Duration,
+    /// The raw record's cap, when runs keep one.
+    pub raw_cap: Option<usize>,
+    /// This process's lease token: fences every run it produces.
+    pub lease: String,
+    cmd: ConnectionManager,
+    bus: ConnectionManager,
+    bells: DashMap<String, Arc<Notify>>,
+    producers: DashMap<String, Weak<Run>>,
+    mirrors: DashMap<String, Weak<Run>>,
+    creating: tokio::sync::Mutex<()>,
+    degraded: AtomicBool,
+    registry: Arc<Registry>,
+    metrics: Metrics,
+    /// The journal's own metric families.
+    pub jm: JournalMetrics,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Cluster({})", self.cfg.replica_id)
+    }
+}
+
+/// Forwards pushes (doorbells, control messages) to the dispatcher.
+fn push_sender(tx: mpsc::UnboundedSender<PushInfo>) -> impl redis::aio::AsyncPushSender {
+    tx
+}
+
+impl Cluster {
+    /// Connects lazily (start never waits for Redis) and starts the liveness and message tasks.
+    pub fn start(
+        cfg: config::Journal,
+        window: usize,
+        retention: Duration,
+        raw_cap: Option<usize>,
+        registry: Arc<Registry>,
+        metrics: Metrics,
+    ) -> redis::RedisResult<Arc<Cluster>> {
+        let client = redis::Client::open(cfg.url.as_str())?;
+        let tuned = || {
+            ConnectionManagerConfig::new()
+                .set_response_timeout(Some(CALL_TIMEOUT))
+                .set_connection_timeout(Some(Duration::from_secs(1)))
+                .set_number_of_retries(2)
+                .set_max_delay(Duration::from_millis(500))
+        };
+        let cmd = ConnectionManager::new_lazy_with_config(client, tuned())?;
+        let info = redis::Client::open(cfg.url.as_str())?
+            .get_connection_info()
+            .clone();
+        let resp3 = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3),
+        );
+        let (tx, rx) = mpsc::unbounded_channel();
+        let bus = ConnectionManager::new_lazy_with_config(
+            redis::Client::open(resp3)?,
+            tuned()
+                .set_push_sender(push_sender(tx))
+                .set_automatic_resubscription(),
+        )?;
+        let jm = JournalMetrics::new(&metrics);
+        let cluster = Arc::new(Cluster {
+            cfg,
+            window,
+            retention,
+            raw_cap,
+            lease: format!("{:016x}", rand::random::<u64>()),
+            cmd,
+            bus,
+            bells: DashMap::new(),
+            producers: DashMap::new(),
+            mirrors: DashMap::new(),
+            creating: tokio::sync::Mutex::new(()),
+            degraded: AtomicBool::new(false),
+            registry,
+            metrics,
+            jm,
+        });
+        tokio::spawn(dispatch(Arc::downgrade(&cluster), rx));
+        tokio::spawn(liveness(Arc::downgrade(&cluster)));
+        info!(
+            "shared journal on {} as replica {:?}",
+            redact(&cluster.cfg.url),
+            cluster.cfg.replica_id
+        );
+        Ok(cluster)
+    }
+
+    /// A command connection (multiplexed; never used for a blocking command).
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.cmd.clone()
+    }
+
+    /// Whether writes to Redis are failing now.
+    pub fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    /// Records the outcome of a Redis call: logs once when the journal degrades and once when
+    /// it recovers.
+    pub(crate) fn health(&self, ok: bool) {
+        let was = self.degraded.swap(!ok, Ordering::Relaxed);
+        match (was, ok) {
+            (false, false) => {
+                warn!(
+                    "shared journal degraded: Redis cannot be reached; runs keep streaming locally"
+                );
+                self.jm.degraded.set(1);
+            }
+            (true, true) => {
+                info!("shared journal recovered: live runs are re-based");
+                self.jm.degraded.set(0);
+            }
+            _ => {}
+        }
+    }
+
+    /// The key of this replica's liveness.
+    fn alive_key(id: &str) -> String {
+        format!("tj:{{rep:{id}}}:alive")
+    }
+
+    /// This replica's control channel.
+    fn ctl_channel(id: &str) -> String {
+        format!("tj:{{rep:{id}}}:ctl")
+    }
+
+    /// Subscribes to `channel` and waits for the acknowledgement; returns its wake-up.
+    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Notify>> {
+        let bell = self
+            .bells
+            .entry(channel.to_string())
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone();
+        let mut bus = self.bus.clone();
+        tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
+            .await
+            .map_err(|_| {
+                redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out"))
+            })??;
+        Ok(bell)
+    }
+
+    /// Unsubscribes from `channel`.
+    pub(crate) async fn unsubscribe(&self, channel: &str) {
+        self.bells.remove(channel);
+        let mut bus = self.bus.clone();
+        let _ = tokio::time::timeout(CALL_TIMEOUT, bus.unsubscribe(channel)).await;
+    }
+
+    /// Tells the producing replica of a mirror run to stop it: a durable flag on the run, then
+    /// a message on the producer's control channel. Returns false when `run` is not a mirror
+    /// here (its own producer handles the stop).
+    pub async fn stop_remote(&self, run: &Run, scope: &str, reason: EndReason) -> bool {
+        if !run.is_mirror() {
+            return false;
+        }
+        let keys = RunKeys::new(scope, run.id());
+        let mut c = self.conn();
+        let r: redis::RedisResult<Vec<String>> = tokio::time::timeout(
+            CALL_TIMEOUT,
+            scripts::STOP
+                .key(&keys.m)
+                .arg(reason.as_str())
+                .invoke_async(&mut c),
+        )
+        .await
+        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
+        if let Ok(v) = r {
+            if v.first().map(String::as_str) == Some("live") {
+                if let Some(producer) = v.get(1) {
+                    let msg = format!("{}\n{}", run.id(), reason.as_str());
+                    let _: redis::RedisResult<i64> =
+                        c.publish(Cluster::ctl_channel(producer), msg).await;
+                }
+            }
+        }
+        true
+    }
+
+    /// Makes the registry show what the journal knows of the chat at `scope`: its current run,
+    /// and run `run_id` when given (mirrors built as needed). Quiet when Redis is down.
+    pub async fn sync_chat(self: &Arc<Self>, scope: &str, owner: Owner, run_id: Option<&str>) {
+        follower::sync_chat(self, scope, owner, run_id).await
+    }
+
+    /// Like [`Self::sync_chat`] for a run named by tether's run id or an alias.
+    pub async fn sync_id(self: &Arc<Self>, owner: Owner, id: &str) {
+        follower::sync_id(self, owner, id).await
+    }
+
+    /// Registers a run produced here for control messages.
+    pub(crate) fn producing(&self, run: &Arc<Run>) {
+        self.producers
+            .insert(run.id().to_string(), Arc::downgrade(run));
+    }
+
+    /// Forgets a run produced here.
+    pub(crate) fn produced(&self, run_id: &str) {
+        self.producers.remove(run_id);
+    }
+}
+
+/// The URL without its password, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
+        _ => url.to_string(),
+    }
+}
+
+/// Routes pushes: a doorbell wakes its follower; a control message stops a run produced here.
+async fn dispatch(cluster: Weak<Cluster>, mut rx: mpsc::UnboundedReceiver<PushInfo>) {
+    while let Some(push) = rx.recv().await {
+        let Some(c) = cluster.upgrade() else { return };
+        if push.kind != PushKind::Message {
+            if push.kind == PushKind::Disconnection {
+                // Wake every follower: it reads the stream (nothing is lost, only delayed).
+                c.bells.iter().for_each(|b| b.notify_one());
+            }
+            continue;
+        }
+        let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) =
+            (push.data.first(), push.data.get(1))
+        else {
+            continue;
+        };
+        let ch = String::from_utf8_lossy(ch);
+        if let Some(bell) = c.bells.get(ch.as_ref()) {
+            bell.notify_one();
+        }
+        if ch == Cluster::ctl_channel(&c.cfg.replica_id) {
+            let msg = String::from_utf8_lossy(msg);
+            let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
+            let reason = EndReason::ALL
+                .iter()
+                .copied()
+                .find(|r| r.as_str() == reason)
+                .unwrap_or(EndReason::Cancelled);
+            if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
+                info!("run {run_id}: stop requested through another replica");
+                run.request_stop(reason);
+            }
+        }
+    }
+}
+
+/// Keeps this replica's liveness key alive (its lease token, `PX lease`) every third of the
+/// lease, and its control channel subscribed.
+async fn liveness(cluster: Weak<Cluster>) {
+    let mut subscribed = false;
+    loop {
+        let Some(c) = cluster.upgrade() else { return };
+        let every = c.cfg.lease / 3;
+        let mut conn = c.conn();
+        let key = Cluster::alive_key(&c.cfg.replica_id);
+        let r: redis::RedisResult<()> = tokio::time::timeout(
+            CALL_TIMEOUT,
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(&c.lease)
+                .arg("PX")
+                .arg(c.cfg.lease.as_millis() as u64)
+                .query_async(&mut conn),
+        )
+        .await
+        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
+        c.health(r.is_ok());
+        if r.is_ok() && !subscribed {
+            subscribed = c
+                .subscribe(&Cluster::ctl_channel(&c.cfg.replica_id))
+                .await
+                .is_ok();
+        }
+        drop(c);
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Whether the replica `producer` still holds lease `lease` (its liveness key says so).
+pub(crate) async fn owner_alive(
+    conn: &mut ConnectionManager,
+    producer: &str,
+    lease: &str,
+) -> redis::RedisResult<bool> {
+    let v: Option<String> = conn.get(Cluster::alive_key(producer)).await?;
+    Ok(v.as_deref() == Some(lease))
+}

@@ -1,0 +1,418 @@
+//! The follower side: a replica serving a run another replica produces keeps one local mirror
+//! run per run, fed by one follower task; every local observer reads the mirror through the
+//! unchanged observer code.
+//!
+//! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
+//! acknowledgement *before* it reads the checkpoint and the stream; the stream decides what
+//! exists and the doorbell only wakes (a poll of at most a second covers a lost one). A gap
+//! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
+//! producer's lease lapsed is ended `owner_lost` by the first follower that notices.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use bytes::{Buf, Bytes};
+use log::{debug, info};
+use redis::AsyncCommands;
+use tokio::time::Instant;
+
+use super::codec::{self, Checkpoint};
+use super::{owner_alive, scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use crate::auth::Owner;
+use crate::compact::Compactor;
+use crate::journal::memory::MemoryJournal;
+use crate::journal::{End, EndReason, Journal};
+use crate::run::Run;
+
+/// Stream entries read per call.
+const COUNT: usize = 1024;
+
+fn timed_out() -> redis::RedisError {
+    (redis::ErrorKind::Io, "timed out").into()
+}
+
+async fn timed<T>(
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(CALL_TIMEOUT, f)
+        .await
+        .unwrap_or_else(|_| Err(timed_out()))
+}
+
+/// See [`Cluster::sync_chat`].
+pub(super) async fn sync_chat(c: &Arc<Cluster>, scope: &str, owner: Owner, run_id: Option<&str>) {
+    let reg = &c.registry;
+    let mut conn = c.conn();
+    let cur: Option<String> = match timed(conn.hget(super::chat_key(scope), "run")).await {
+        Ok(v) => v,
+        Err(e) => {
+            debug!("journal lookup failed: {e}");
+            return;
+        }
+    };
+    if let Some(cur) = cur {
+        let replace = match reg.current(scope, &owner) {
+            None => true,
+            Some(l) if l.id() == cur => false,
+            Some(l) => l.is_mirror() || (l.end().is_some() && l.is_journaled()),
+        };
+        if replace && reg.find(scope, &owner, &cur).is_none() {
+            if let Some(run) = mirror(c, scope, &cur).await {
+                reg.adopt(scope, owner, run, true);
+            }
+        }
+    }
+    if let Some(id) = run_id {
+        if reg.find(scope, &owner, id).is_none() {
+            if let Some(run) = mirror(c, scope, id).await {
+                reg.adopt(scope, owner, run, false);
+            }
+        }
+    }
+}
+
+/// See [`Cluster::sync_id`].
+pub(super) async fn sync_id(c: &Arc<Cluster>, owner: Owner, id: &str) {
+    if c.registry.by_id(&owner, id).is_some() {
+        return;
+    }
+    let mut conn = c.conn();
+    let v: Option<String> = match timed(conn.get(super::id_key(&owner, id))).await {
+        Ok(v) => v,
+        Err(_) => return,
+    };
+    let Some((scope, run_id)) = v.as_deref().and_then(|v| v.split_once('\n')) else {
+        return;
+    };
+    sync_chat(c, scope, owner, Some(run_id)).await;
+    if let Some(run) = c.registry.find(scope, &owner, run_id) {
+        c.registry.index(&owner, id, scope, &run);
+        if id != run_id {
+            run.set_alias(id);
+        }
+    }
+}
+
+/// The mirror of run `run_id` of the chat at `scope`: the one this replica has, or a new one
+/// with its follower. `None` when the journal does not know the run.
+async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>> {
+    let _one = c.creating.lock().await;
+    if let Some(run) = c.mirrors.get(run_id).and_then(|w| w.upgrade()) {
+        return Some(run);
+    }
+    let keys = RunKeys::new(scope, run_id);
+    let bell = c.subscribe(&keys.bell).await.ok()?;
+    let seed = match seed(c, &keys, run_id).await {
+        Some(s) => s,
+        None => {
+            c.unsubscribe(&keys.bell).await;
+            return None;
+        }
+    };
+    let journal = Arc::new(seed.journal);
+    let run = Arc::new(Run::with_journal(
+        run_id.to_string(),
+        Box::new(journal.clone()),
+    ));
+    run.set_mirror();
+    if let Some(h) = header(&seed.header) {
+        run.set_header(h);
+    }
+    if let Some(end) = seed.end {
+        journal.end(end);
+        run.done();
+    }
+    c.mirrors.insert(run_id.to_string(), Arc::downgrade(&run));
+    info!("run {run_id}: following it from the shared journal");
+    let f = Follower {
+        c: c.clone(),
+        run: Arc::downgrade(&run),
+        journal,
+        keys,
+        ckpt: seed.ckpt,
+    };
+    c.jm.followers.inc();
+    tokio::spawn(f.follow(bell, run.end().is_some()));
+    Some(run)
+}
+
+/// The upstream response header stored with the run (`status\nname: value\n…`).
+fn header(text: &str) -> Option<pingora_http::ResponseHeader> {
+    let mut lines = text.lines();
+    let status: u16 = lines.next()?.parse().ok()?;
+    let mut h = pingora_http::ResponseHeader::build(status, None).ok()?;
+    for l in lines {
+        if let Some((k, v)) = l.split_once(": ") {
+            h.append_header(k.to_string(), v).ok()?;
+        }
+    }
+    Some(h)
+}
+
+/// Serializes a response header for [`header`].
+pub fn header_text(h: &pingora_http::ResponseHeader) -> String {
+    let mut out = h.status.as_u16().to_string();
+    for (k, v) in h.headers.iter() {
+        if let Ok(v) = v.to_str() {
+            out.push('\n');
+            out.push_str(k.as_str());
+            out.push_str(": ");
+            out.push_str(v);
+        }
+    }
+    out
+}
+
+struct Seed {
+    journal: MemoryJournal,
+    ckpt: u64,
+    end: Option<End>,
+    header: String,
+}
+
+/// One stream entry: its id's seq and kind, and its fields.
+type Entry = (String, Vec<Vec<u8>>);
+
+async fn read_entries(c: &Cluster, s: &str, after: u64) -> redis::RedisResult<Vec<Entry>> {
+    let mut conn = c.conn();
+    let mut out: Vec<Entry> = Vec::new();
+    let mut from = format!("({after}-0");
+    loop {
+        let page: Vec<Entry> = timed(
+            redis::cmd("XRANGE")
+                .arg(s)
+                .arg(&from)
+                .arg("+")
+                .arg("COUNT")
+                .arg(COUNT)
+                .query_async(&mut conn),
+        )
+        .await?;
+        let n = page.len();
+        if let Some((id, _)) = page.last() {
+            from = format!("({id}");
+        }
+        out.extend(page);
+        if n < COUNT {
+            return Ok(out);
+        }
+    }
+}
+
+fn field<'a>(fields: &'a [Vec<u8>], name: &[u8]) -> Option<&'a [u8]> {
+    fields
+        .chunks(2)
+        .find(|p| p.first().map(Vec::as_slice) == Some(name))
+        .and_then(|p| p.get(1).map(Vec::as_slice))
+}
+
+/// What applying entries to a mirror found.
+enum Applied {
+    /// Entries applied up to the mirror's head.
+    More,
+    /// The run's end, at the mirror's head.
+    End(End),
+    /// A gap: the mirror must be re-seeded.
+    Gap,
+}
+
+fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
+    for (id, fields) in entries {
+        let (seq, kind) = id.split_once('-').unwrap_or((id, "0"));
+        let seq: u64 = seq.parse().unwrap_or(0);
+        if kind == "1" {
+            let Some(end) = field(fields, b"end").and_then(|e| codec::decode_end(e, seq)) else {
+                return Applied::Gap;
+            };
+            if j.head() != seq {
+                return Applied::Gap;
+            }
+            return Applied::End(end);
+        }
+        let first: u64 = field(fields, b"f")
+            .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
+            .unwrap_or(0);
+        let mut data = Bytes::copy_from_slice(field(fields, b"d").unwrap_or_default());
+        let mut at = first;
+        while data.remaining() >= 4 {
+            let len = data.get_u32_le() as usize;
+            if data.remaining() < len {
+                return Applied::Gap;
+            }
+            let Some(b) = codec::decode_batch(data.split_to(len)) else {
+                return Applied::Gap;
+            };
+            let n = b.events.len() as u64;
+            if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
+                .is_err()
+            {
+                return Applied::Gap;
+            }
+            at += n;
+        }
+    }
+    Applied::More
+}
+
+/// Reads the run's meta, checkpoint and the stream after it into a fresh mirror journal.
+async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
+    let mut conn = c.conn();
+    for _ in 0..3 {
+        let meta: HashMap<String, String> = timed(conn.hgetall(&keys.m)).await.ok()?;
+        if meta.is_empty() {
+            return None;
+        }
+        let num = |k: &str| meta.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let (head, win) = (num("head"), num("win").max(1));
+        let ck: Option<Vec<u8>> = timed(conn.get(&keys.k)).await.ok()?;
+        let ck = match ck {
+            Some(b) => codec::decode_checkpoint(Bytes::from(b))?,
+            None => Checkpoint::default(),
+        };
+        let start = ck.seq.min(head.saturating_sub(win));
+        let entries = read_entries(c, &keys.s, start).await.ok()?;
+        let raw_first = entries
+            .iter()
+            .find_map(|(_, f)| {
+                let d = field(f, b"d")?;
+                (d.len() >= 12).then(|| u64::from_le_bytes(d[4..12].try_into().unwrap_or([0; 8])))
+            })
+            .unwrap_or(ck.raw_end);
+        // A mirror's window starts where the stream does; its history is the checkpoint's.
+        let first = entries
+            .first()
+            .and_then(|(_, f)| {
+                std::str::from_utf8(field(f, b"f")?)
+                    .ok()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map_or(ck.seq, |f| f.saturating_sub(1).min(ck.seq));
+        let j = MemoryJournal::mirror(
+            run_id,
+            c.window,
+            c.raw_cap,
+            first,
+            Compactor::seeded(&ck.body, ck.events),
+            raw_first,
+            ck.named,
+        );
+        match apply(&j, &entries, ck.seq) {
+            Applied::Gap => continue,
+            applied => {
+                let end = match applied {
+                    Applied::End(e) => Some(e),
+                    _ => None,
+                };
+                return Some(Seed {
+                    journal: j,
+                    ckpt: ck.seq,
+                    end,
+                    header: meta.get("header").cloned().unwrap_or_default(),
+                });
+            }
+        }
+    }
+    None
+}
+
+struct Follower {
+    c: Arc<Cluster>,
+    run: Weak<Run>,
+    journal: Arc<MemoryJournal>,
+    keys: RunKeys,
+    ckpt: u64,
+}
+
+impl Follower {
+    async fn follow(mut self, bell: Arc<tokio::sync::Notify>, ended: bool) {
+        let mut progress = Instant::now();
+        let mut done = ended;
+        while !done {
+            tokio::select! {
+                _ = bell.notified() => {}
+                _ = tokio::time::sleep(self.c.cfg.poll) => {}
+            }
+            let Some(run) = self.run.upgrade() else { break };
+            let head = self.journal.head();
+            let entries = match read_entries(&self.c, &self.keys.s, head).await {
+                Ok(e) => e,
+                Err(_) => continue,
+            };
+            match apply(&self.journal, &entries, self.ckpt) {
+                Applied::End(end) => {
+                    self.journal.end(end);
+                    run.done();
+                    done = true;
+                    continue;
+                }
+                Applied::Gap => {
+                    if let Some(seed) = seed(&self.c, &self.keys, run.id()).await {
+                        debug!("run {}: mirror re-seeded", run.id());
+                        self.ckpt = seed.ckpt;
+                        self.journal.replace_with(seed.journal);
+                        if let Some(end) = seed.end {
+                            self.journal.end(end);
+                            run.done();
+                            break;
+                        }
+                    }
+                }
+                Applied::More => {}
+            }
+            if self.journal.head() > head {
+                progress = Instant::now();
+            } else if progress.elapsed() >= self.c.cfg.lease {
+                self.reap_if_lost(run.id()).await;
+                progress = Instant::now() - self.c.cfg.lease / 2;
+            }
+        }
+        self.c.unsubscribe(&self.keys.bell).await;
+        self.c.jm.followers.dec();
+    }
+
+    /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease).
+    async fn reap_if_lost(&self, run_id: &str) {
+        let mut conn = self.c.conn();
+        let r: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> = timed(
+            redis::cmd("HMGET")
+                .arg(&self.keys.m)
+                .arg("state")
+                .arg("producer")
+                .arg("lease")
+                .query_async(&mut conn),
+        )
+        .await;
+        let Ok((Some(state), Some(producer), Some(lease))) = r else {
+            return;
+        };
+        if state != "live"
+            || owner_alive(&mut conn, &producer, &lease)
+                .await
+                .unwrap_or(true)
+        {
+            return;
+        }
+        info!("run {run_id}: its replica {producer:?} is gone; ending it as owner_lost");
+        let end = End::finished(false, Some(EndReason::OwnerLost));
+        let _: redis::RedisResult<Vec<Vec<u8>>> = timed(
+            scripts::END
+                .key(&self.keys.chat)
+                .key(&self.keys.m)
+                .key(&self.keys.s)
+                .key(&self.keys.k)
+                .arg(&lease)
+                .arg(codec::encode_end(&end))
+                .arg(self.c.retention.as_millis() as u64)
+                .arg(&self.keys.bell)
+                .arg(run_id)
+                .arg("0")
+                .invoke_async(&mut conn),
+        )
+        .await;
+        self.c
+            .metrics
+            .runs_finished
+            .inc(crate::metrics::Outcome::OwnerLost);
+    }
+}

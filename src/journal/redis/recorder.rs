@@ -1,0 +1,137 @@
+//! [`Recorder`]: the journal of a run produced on this replica with a shared journal set. It
+//! records into the in-process journal as always and queues each batch (shared bytes, no copy)
+//! for the run's writer task ([`super::writer`]); a full queue marks the run for a re-base
+//! instead of waiting.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+
+use crate::format::Event;
+use crate::journal::memory::MemoryJournal;
+use crate::journal::raw::{Frame, Seek};
+use crate::journal::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+
+/// Messages queued per run before the journal degrades for it.
+const QUEUE: usize = 4096;
+
+pub(super) enum Msg {
+    Batch {
+        first: u64,
+        events: Vec<Event>,
+        raw_first: u64,
+        raw: Vec<Frame>,
+    },
+    End(End),
+    Done,
+    Alias(String),
+}
+
+pub(super) struct Core {
+    pub(super) inner: MemoryJournal,
+    /// Held across a local append and its queueing, and across a capture for a checkpoint, so
+    /// a checkpoint at seq C follows every batch up to C in the queue.
+    pub(super) order: Mutex<()>,
+    tx: mpsc::Sender<Msg>,
+    /// A batch could not be queued: the writer must re-base.
+    pub(super) lost: AtomicBool,
+}
+
+/// The journal of a run produced on this replica with a shared journal configured.
+#[derive(Clone)]
+pub struct Recorder(Arc<Core>);
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Recorder")
+    }
+}
+
+impl Recorder {
+    /// A journal for run `run_id` and the receiver its writer reads.
+    pub fn new(run_id: &str, window: usize, raw_cap: Option<usize>) -> (Self, WriterInbox) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let core = Arc::new(Core {
+            inner: MemoryJournal::with_raw(run_id, window, raw_cap),
+            order: Mutex::new(()),
+            tx,
+            lost: AtomicBool::new(false),
+        });
+        (Recorder(core.clone()), WriterInbox { rx, core })
+    }
+
+    fn send(&self, m: Msg) {
+        if self.0.tx.try_send(m).is_err() {
+            self.0.lost.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Tells the journal about an alias of the run (indexed for every replica).
+    pub fn alias(&self, alias: &str) {
+        self.send(Msg::Alias(alias.to_string()));
+    }
+}
+
+impl Journal for Recorder {
+    fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
+        let c = &self.0;
+        let _order = c.order.lock();
+        let first = c.inner.head() + 1;
+        let raw_first = c.inner.raw_end();
+        let copy = raw.clone();
+        let a = c.inner.append_raw(events, raw);
+        if a.events > 0 {
+            self.send(Msg::Batch {
+                first,
+                events: events.to_vec(),
+                raw_first,
+                raw: copy,
+            });
+        }
+        a
+    }
+    fn read_raw(&self, from: u64, max: usize) -> Option<RawRead> {
+        self.0.inner.read_raw(from, max)
+    }
+    fn seek(&self, by: SeekBy<'_>) -> Option<Seek> {
+        self.0.inner.seek(by)
+    }
+    fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
+        self.0.inner.read_after(after, max)
+    }
+    fn capture(&self) -> SnapshotCapture {
+        self.0.inner.capture()
+    }
+    fn end(&self, end: End) -> (End, bool) {
+        let _order = self.0.order.lock();
+        let (end, set) = self.0.inner.end(end);
+        if set {
+            self.send(Msg::End(end.clone()));
+        }
+        (end, set)
+    }
+    fn ended(&self) -> Option<End> {
+        self.0.inner.ended()
+    }
+    fn head(&self) -> u64 {
+        self.0.inner.head()
+    }
+    fn held_bytes(&self) -> usize {
+        self.0.inner.held_bytes()
+    }
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.inner.subscribe()
+    }
+    fn wake(&self) {
+        self.0.inner.wake();
+        self.send(Msg::Done);
+    }
+}
+
+/// The writer's end of a [`Recorder`].
+pub struct WriterInbox {
+    pub(super) rx: mpsc::Receiver<Msg>,
+    pub(super) core: Arc<Core>,
+}

@@ -1,0 +1,158 @@
+//! The Lua scripts behind every state change of a run in Redis. Each takes all its keys in
+//! `KEYS`, all under one chat's hash tag, validates everything before its first write (Redis
+//! does not roll a script back), and compares the producer's lease token (fencing). The first
+//! end written wins.
+//!
+//! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
+//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Makes a run live at head `seq` (0 at go-live; the local head at a re-base), writing the
+/// checkpoint when given, and points the chat at it. At go-live the chat's pointer must still
+/// name the expected previous run (else `retry`), which is superseded when still live.
+///
+/// KEYS: chat, m, s, k, prev m, prev s. ARGV: mode (`live`|`rebase`), run, expected previous
+/// run (`""`: none), lease, producer, win, scope, ttl ms, seq, checkpoint (`""`: none),
+/// superseded end JSON for the previous run, previous run's doorbell, header, extra.
+pub static UPSERT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local chat, m, s, k, pm, ps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local mode, run, expect, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local ttl, seq, ckpt = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local st = redis.call('HMGET', m, 'state', 'lease', 'end', 'end_seq')
+if st[1] == 'ended' then return {'ended', st[3], st[4]} end
+if st[1] and st[2] ~= lease then return {'fenced'} end
+local cur = redis.call('HGET', chat, 'run')
+if cur and cur ~= run then
+  if mode == 'rebase' then return {'superseded', cur} end
+  if cur ~= expect then return {'retry', cur} end
+end
+if mode == 'live' and not cur and expect ~= '' then return {'retry', ''} end
+if cur and cur ~= run and redis.call('HGET', pm, 'state') == 'live' then
+  local ph = redis.call('HGET', pm, 'head') or '0'
+  redis.call('XADD', ps, ph .. '-1', 'end', ARGV[11])
+  redis.call('HSET', pm, 'state', 'ended', 'end', ARGV[11], 'end_seq', ph)
+  redis.call('PUBLISH', ARGV[12], 'end')
+end
+redis.call('HSET', m, 'state', 'live', 'run', run, 'lease', lease, 'producer', ARGV[5],
+  'win', ARGV[6], 'scope', ARGV[7], 'head', seq, 'producing', '1', 'header', ARGV[13],
+  'extra', ARGV[14])
+redis.call('HINCRBY', m, 'gen', 1)
+if ckpt ~= '' then
+  redis.call('SET', k, ckpt, 'PX', ttl)
+  redis.call('HSET', m, 'ckpt', seq)
+elseif not redis.call('HGET', m, 'ckpt') then
+  redis.call('HSET', m, 'ckpt', 0)
+end
+redis.call('HSET', chat, 'run', run)
+for _, key in ipairs({chat, m, s}) do redis.call('PEXPIRE', key, ttl) end
+return {'ok'}
+"#,
+    )
+});
+
+/// Appends one batch (seqs `first..=last`) as stream entry `<last>-0`, moves the head and rings
+/// the doorbell. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`,
+/// `missing` without writing.
+///
+/// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell.
+pub static APPEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local m, s = KEYS[1], KEYS[2]
+local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
+local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'stop')
+if not st[1] then return {'missing'} end
+if st[1] ~= 'live' then return {'ended'} end
+if st[2] ~= ARGV[1] then return {'fenced'} end
+local head = tonumber(st[3])
+if head >= last then return {'dup', st[4] or ''} end
+if head ~= first - 1 then return {'gap'} end
+redis.call('XADD', s, 'MINID', '~', ARGV[5], last .. '-0', 'f', first, 'd', ARGV[4])
+redis.call('HSET', m, 'head', last)
+redis.call('PUBLISH', ARGV[6], last)
+return {'ok', st[4] or ''}
+"#,
+    )
+});
+
+/// Writes the checkpoint at `seq` (at most the head).
+///
+/// KEYS: m, k. ARGV: lease, seq, value, ttl ms.
+pub static CHECKPOINT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local m, k = KEYS[1], KEYS[2]
+local st = redis.call('HMGET', m, 'state', 'lease', 'head')
+if st[1] ~= 'live' then return {'ended'} end
+if st[2] ~= ARGV[1] then return {'fenced'} end
+if tonumber(ARGV[2]) > tonumber(st[3]) then return {'ahead'} end
+redis.call('SET', k, ARGV[3], 'PX', tonumber(ARGV[4]))
+redis.call('HSET', m, 'ckpt', ARGV[2])
+return {'ok'}
+"#,
+    )
+});
+
+/// Ends a live run at its head (entry `<head>-1`), unless an end is already written (then
+/// returns it: the first end wins). The producer passes its lease; a reaper passes the lease it
+/// saw, so a producer that re-based meanwhile is not reaped. Sets every key to expire after the
+/// retention, the chat's too when it points at this run.
+///
+/// KEYS: chat, m, s, k. ARGV: lease, end JSON, retention ms, doorbell, run, producing (`0`|`1`).
+pub static END: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local chat, m, s, k = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'end', 'end_seq')
+if not st[1] then return {'missing'} end
+if st[1] == 'ended' then return {'ended', st[4], st[5]} end
+if st[2] ~= ARGV[1] then return {'fenced'} end
+local head = st[3] or '0'
+redis.call('XADD', s, head .. '-1', 'end', ARGV[2])
+redis.call('HSET', m, 'state', 'ended', 'end', ARGV[2], 'end_seq', head, 'producing', ARGV[6])
+local ret = tonumber(ARGV[3])
+for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ret) end
+if redis.call('HGET', chat, 'run') == ARGV[5] then redis.call('PEXPIRE', chat, ret) end
+redis.call('PUBLISH', ARGV[4], 'end')
+return {'ok', ARGV[2], head}
+"#,
+    )
+});
+
+/// The lease tick of a live run: refreshes its keys' TTL and returns its stop flag.
+///
+/// KEYS: chat, m, s, k. ARGV: lease, ttl ms, run.
+pub static TOUCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local chat, m, s, k = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local st = redis.call('HMGET', m, 'state', 'lease', 'stop', 'end', 'end_seq')
+if not st[1] then return {'missing'} end
+if st[1] ~= 'live' then return {'ended', st[4], st[5]} end
+if st[2] ~= ARGV[1] then return {'fenced'} end
+local ttl = tonumber(ARGV[2])
+for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ttl) end
+if redis.call('HGET', chat, 'run') == ARGV[3] then redis.call('PEXPIRE', chat, ttl) end
+return {'ok', st[3] or ''}
+"#,
+    )
+});
+
+/// Sets the durable stop flag of a live run. Returns `{'live', producer}` or `{'ended'}`.
+///
+/// KEYS: m. ARGV: reason.
+pub static STOP: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local st = redis.call('HMGET', KEYS[1], 'state', 'producer')
+if st[1] ~= 'live' then return {'ended'} end
+redis.call('HSET', KEYS[1], 'stop', ARGV[1])
+return {'live', st[2]}
+"#,
+    )
+});
