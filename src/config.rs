@@ -5,11 +5,14 @@
 //! reads a `TETHER_*` environment variable). [`File::validate`] checks the result once at start;
 //! an invalid configuration is a [`ConfigError`] naming the key, and `main` exits with status 64.
 
+mod drop_in;
+mod duration;
 mod file;
 mod flags;
 mod pattern;
 mod resume;
 mod route;
+mod route_conf;
 mod source;
 
 use std::net::SocketAddr;
@@ -23,7 +26,8 @@ pub use pattern::{Captures, RoutePath};
 pub use resume::{
     Alias, Answer, Completed, DialectKind, Expired, Ids, OnNothing, OnlyIf, Resume, Tokens,
 };
-pub use route::{default_routes, match_route, Commit, OnMiss, Route, RouteConf, RouteKind};
+pub use route::{match_route, Commit, Route};
+pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind};
 pub use source::KeySource;
 
 fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {

@@ -99,11 +99,12 @@ pub trait Verbatim: Send + Sync + Debug {
     /// The dialect, as configured and as a metric label.
     fn kind(&self) -> DialectKind;
 
-    /// Where the client's resume of `run` starts, given its cursor as sent (`None`: none sent).
-    /// A malformed cursor is an [`ApiError`] (400).
+    /// Where the client's resume of run `run_id` (its log `run`) starts, given its cursor as sent
+    /// (`None`: none sent). A malformed cursor is an [`ApiError`] (400).
     fn plan(
         &self,
-        run: &crate::run::Run,
+        run_id: &str,
+        run: &dyn crate::journal::Journal,
         cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError>;
 }
@@ -125,8 +126,8 @@ pub fn verbatim(resume: &Resume) -> Box<dyn Verbatim> {
 }
 
 /// A run's end as the raw record sees it: whether the reader is at the end of an ended run.
-fn at_end(run: &crate::run::Run, index: u64) -> bool {
-    run.end().is_some()
+fn at_end(run: &dyn crate::journal::Journal, index: u64) -> bool {
+    run.ended().is_some()
         && run
             .read_raw(index, 0)
             .is_some_and(|r| r.next >= index && r.end.is_some())

@@ -6,21 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::route::RouteConf;
+pub use super::duration::Dur;
+use super::route_conf::RouteConf;
 use crate::error::ConfigError;
-
-/// A duration written as `15s`, `5m`, `300ms`, `1h 30m` (humantime syntax).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map(Dur)
-            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration: {e}")))
-    }
-}
 
 /// `[server]`: listeners, upstream and timeouts.
 #[derive(Debug, Clone, Deserialize)]

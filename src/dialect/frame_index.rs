@@ -5,8 +5,8 @@ use super::{at_end, Plan, Refusal, Verbatim};
 use crate::config::{DialectKind, Expired};
 use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
+use crate::journal::Journal;
 use crate::journal::SeekBy;
-use crate::run::Run;
 
 /// The `frame_index` dialect: expired and unknown are `404`.
 #[derive(Debug)]
@@ -17,7 +17,12 @@ impl Verbatim for FrameIndex {
         DialectKind::FrameIndex
     }
 
-    fn plan(&self, run: &Run, cursor: Option<&str>) -> Result<Result<Plan, Refusal>, ApiError> {
+    fn plan(
+        &self,
+        _run_id: &str,
+        run: &dyn Journal,
+        cursor: Option<&str>,
+    ) -> Result<Result<Plan, Refusal>, ApiError> {
         let n = match cursor {
             None | Some("") => 0,
             Some(c) => c.parse::<u64>().map_err(|_| {

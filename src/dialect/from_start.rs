@@ -9,8 +9,8 @@ use serde_json::value::RawValue;
 use super::{Plan, Refusal, Verbatim};
 use crate::config::{Completed, DialectKind};
 use crate::error::ApiError;
+use crate::journal::Journal;
 use crate::journal::SnapshotCapture;
-use crate::run::Run;
 
 /// The `from_start` dialect.
 #[derive(Debug)]
@@ -24,8 +24,13 @@ impl Verbatim for FromStart {
         DialectKind::FromStart
     }
 
-    fn plan(&self, run: &Run, _cursor: Option<&str>) -> Result<Result<Plan, Refusal>, ApiError> {
-        Ok(match (run.end(), self.completed) {
+    fn plan(
+        &self,
+        _run_id: &str,
+        run: &dyn Journal,
+        _cursor: Option<&str>,
+    ) -> Result<Result<Plan, Refusal>, ApiError> {
+        Ok(match (run.ended(), self.completed) {
             (Some(_), Completed::NoContent) => Err(Refusal::Nothing),
             _ => Ok(Plan::Render),
         })

@@ -6,8 +6,8 @@ use super::{at_end, expired, Plan, Refusal, Verbatim};
 use crate::config::{DialectKind, Expired};
 use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
+use crate::journal::Journal;
 use crate::journal::SeekBy;
-use crate::run::Run;
 
 /// The `json_cursor` dialect.
 #[derive(Debug)]
@@ -21,7 +21,12 @@ impl Verbatim for JsonCursor {
         DialectKind::JsonCursor
     }
 
-    fn plan(&self, run: &Run, cursor: Option<&str>) -> Result<Result<Plan, Refusal>, ApiError> {
+    fn plan(
+        &self,
+        _run_id: &str,
+        run: &dyn Journal,
+        cursor: Option<&str>,
+    ) -> Result<Result<Plan, Refusal>, ApiError> {
         let c = match cursor {
             None | Some("") => -1,
             Some(c) => c.parse::<i64>().map_err(|_| {

@@ -7,8 +7,8 @@ use super::{at_end, expired, Plan, Refusal, Verbatim};
 use crate::config::{DialectKind, Expired};
 use crate::error::ApiError;
 use crate::journal::raw::Seek;
+use crate::journal::Journal;
 use crate::journal::SeekBy;
-use crate::run::Run;
 
 /// The `last_event_id` dialect.
 #[derive(Debug)]
@@ -18,9 +18,9 @@ pub struct LastEventId {
 }
 
 /// The frame index of an id tether injected into `run`'s frames (`<run_id>:<index>`).
-pub fn injected(run: &Run, id: &str) -> Option<u64> {
-    let (run_id, index) = id.rsplit_once(':')?;
-    (run_id == run.id()).then(|| index.parse().ok())?
+pub fn injected(run_id: &str, id: &str) -> Option<u64> {
+    let (named, index) = id.rsplit_once(':')?;
+    (named == run_id).then(|| index.parse().ok())?
 }
 
 impl Verbatim for LastEventId {
@@ -28,10 +28,15 @@ impl Verbatim for LastEventId {
         DialectKind::LastEventId
     }
 
-    fn plan(&self, run: &Run, cursor: Option<&str>) -> Result<Result<Plan, Refusal>, ApiError> {
+    fn plan(
+        &self,
+        run_id: &str,
+        run: &dyn Journal,
+        cursor: Option<&str>,
+    ) -> Result<Result<Plan, Refusal>, ApiError> {
         let seek = match cursor.map(str::trim) {
             None | Some("" | "-1") => run.seek(SeekBy::Index(0)),
-            Some(id) => match injected(run, id) {
+            Some(id) => match injected(run_id, id) {
                 Some(i) => run.seek(SeekBy::Index(i + 1)),
                 None => run.seek(SeekBy::Id(id.as_bytes())),
             },

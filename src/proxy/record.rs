@@ -121,7 +121,7 @@ impl Sidecar {
         };
         let kind = DialectKind::LastEventId;
         let inject = route.ids == Ids::Inject;
-        match dialect.plan(&run, Some(&id)) {
+        match dialect.plan(run.id(), run.journal(), Some(&id)) {
             Err(e) => Some(Err(e)),
             Ok(Ok(plan)) => Some(
                 self.serve_verbatim(session, &run, plan, kind, inject, owner)

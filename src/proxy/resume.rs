@@ -159,7 +159,7 @@ impl Sidecar {
             debug!("resume ({}): no run", kind.as_str());
             return r.1;
         };
-        let plan = match dialect.plan(&run, cursor.as_deref())? {
+        let plan = match dialect.plan(run.id(), run.journal(), cursor.as_deref())? {
             Ok(plan) => plan,
             Err(Refusal::Unknown) => match resume.expired {
                 Expired::FromStart => Plan::Render,
