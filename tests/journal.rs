@@ -69,7 +69,11 @@ async fn attach_on_the_other_replica_mid_run_gets_snapshot_live_tail_and_one_end
         (end.ty(), end.json["persisted"].clone()),
         ("STREAM_END", json!(true))
     );
-    assert_eq!(b.metric("tether_journal_followers").await, 0.0);
+    // The follower stops once its mirror has ended (after the observer got the end).
+    eventually_async("B's follower stops", || async {
+        b.metric("tether_journal_followers").await == 0.0
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,5 +216,192 @@ async fn another_owner_gets_the_unknown_chat_answer_on_every_replica() {
     assert_eq!(theirs.status, 204);
     let attach = request(b.addr, "POST", "/chat/live", &bob, &body).await;
     assert_eq!(attach.status, 204);
+    gate.open();
+}
+
+/// Reads `r` up to and including the frame at seq `upto`.
+async fn frames_upto(r: &mut Resp, upto: u64) -> Vec<Frame> {
+    let mut out = Vec::new();
+    loop {
+        let f = r.frame().await.unwrap();
+        let seq = f.seq();
+        out.push(f);
+        if seq == upto {
+            return out;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restarted_mid_run_keeps_the_local_stream_whole_and_ends_the_followers() {
+    let mut redis = RedisServer::start();
+    let gate = Gate::default();
+    let events = turn(10);
+    let be = turn_backend(events.clone(), Some((5, gate.clone()))).await;
+    let a = replica(be.addr, &redis, "a", "").await;
+    let b = replica(be.addr, &redis, "b", "").await;
+    let mut origin = post(a.addr, "/chat", &chat("c")).await;
+    let mut mine = frames_upto(&mut origin, 5).await;
+    known(&b, "c").await;
+    let mut theirs = post(b.addr, "/chat/live", &chat("c")).await;
+    let mut seen = vec![theirs.frame().await.unwrap()];
+    assert_eq!(seen[0].ty(), "STREAM_SNAPSHOT");
+
+    redis.kill();
+    gate.open();
+    // The producer never waits for Redis: A's requester gets every event and one end.
+    mine.extend(within("A's stream ends with Redis down", origin.frames_to_end()).await);
+    let mut state = Reduced::default();
+    let last = state.apply_frames(&mine, 0);
+    assert_eq!((state, last), (Reduced::of(&events), events.len() as u64));
+    assert_eq!(ends(&mine), 1);
+    assert_eq!(mine.last().unwrap().json["persisted"], json!(true));
+    eventually_async("A's end waits for Redis", || async {
+        a.metric("tether_journal_pending_ends").await == 1.0
+    })
+    .await;
+    assert_eq!(a.metric("tether_journal_degraded").await, 1.0);
+
+    // Redis comes back empty: A re-bases the ended run and writes its end; B re-seeds.
+    redis.restart();
+    seen.extend(
+        within(
+            "B's observer ends after Redis returns",
+            theirs.frames_to_end(),
+        )
+        .await,
+    );
+    let mut state = Reduced::default();
+    let last = state.apply_frames(&seen, 0);
+    assert_eq!((state, last), (Reduced::of(&events), events.len() as u64));
+    assert_eq!(ends(&seen), 1);
+    let end = seen.last().unwrap();
+    assert_eq!(
+        (
+            end.ty(),
+            end.json["persisted"].clone(),
+            end.json["seq"].clone()
+        ),
+        (
+            "STREAM_END",
+            json!(true),
+            mine.last().unwrap().json["seq"].clone()
+        )
+    );
+    assert_eq!(a.metric("tether_journal_pending_ends").await, 0.0);
+    // A later attach on B gets the completed run's answer (saved: 204).
+    assert_eq!(post(b.addr, "/chat/live", &chat("c")).await.status, 204);
+}
+
+/// A tether binary replica, killed (SIGKILL, by its PID) when dropped.
+struct Binary {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+    conf: std::path::PathBuf,
+}
+
+impl Binary {
+    /// Starts `target/debug/tether` in front of `upstream` as replica `id`, journaling to `redis`
+    /// with a one-second lease; ready once it prints its address.
+    fn start(upstream: std::net::SocketAddr, redis: &RedisServer, id: &str) -> Binary {
+        use std::io::BufRead;
+        let conf = std::env::temp_dir().join(format!(
+            "tether-journal-{}-{}-{id}.toml",
+            std::process::id(),
+            redis.port
+        ));
+        let toml = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n\
+             [journal]\nurl = \"{}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n",
+            redis.url()
+        );
+        std::fs::write(&conf, toml).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+            .arg("--config")
+            .arg(&conf)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        Binary { child, addr, conf }
+    }
+
+    /// SIGKILL by PID, and reaps the process.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_file(&self.conf);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_producer_replica_has_its_runs_ended_owner_lost_within_one_and_a_half_leases() {
+    let redis = RedisServer::start();
+    let gate = Gate::default();
+    let be = turn_backend(turn(10), Some((3, gate.clone()))).await;
+    let mut a = Binary::start(be.addr, &redis, "a");
+    let b = replica(be.addr, &redis, "b", "").await;
+    // Two runs on A: "c" is watched from B, "d" by nobody (the replica-wide reaper ends it).
+    let mut watched = post(a.addr, "/chat", &chat("c")).await;
+    frames_upto(&mut watched, 3).await;
+    let mut unwatched = post(a.addr, "/chat", &chat("d")).await;
+    frames_upto(&mut unwatched, 3).await;
+    known(&b, "c").await;
+    // "d" reaches Redis asynchronously too (looked at directly: a lookup through B follows it).
+    eventually("both runs are journaled", || {
+        redis.query::<Vec<String>>(&["KEYS", "tj:*:r:*:m"]).len() == 2
+    })
+    .await;
+    let mut r = post(b.addr, "/chat/live", &chat("c")).await;
+    assert_eq!(r.frame().await.unwrap().ty(), "STREAM_SNAPSHOT");
+
+    a.kill();
+    let killed = tokio::time::Instant::now();
+    let rest = within("B's observer ends", r.frames_to_end()).await;
+    let waited = killed.elapsed();
+    let end = rest.last().unwrap();
+    assert_eq!(
+        (
+            end.ty(),
+            end.json["persisted"].clone(),
+            end.json["reason"].clone()
+        ),
+        ("STREAM_END", json!(false), json!("owner_lost"))
+    );
+    assert_eq!(ends(&rest), 1);
+    // 1.5x the lease, plus one follower poll to read the end.
+    assert!(waited.as_millis() < 1600, "owner_lost after {waited:?}");
+    let lost = "tether_runs_finished_total{outcome=\"owner_lost\"}";
+    eventually_async("both of A's runs are reaped", || async {
+        b.metric(lost).await == 2.0
+    })
+    .await;
+    assert!(killed.elapsed().as_millis() < 1600);
+    // A later attach on B gets the end the reaper wrote.
+    let f = post(b.addr, "/chat/live", &chat("d"))
+        .await
+        .frames_to_end()
+        .await;
+    assert_eq!(
+        f.iter().map(Frame::ty).collect::<Vec<_>>(),
+        ["STREAM_SNAPSHOT", "STREAM_END"]
+    );
+    assert_eq!(f[1].json["reason"], json!("owner_lost"));
+    assert_eq!(f[0].json["events"].as_array().map(Vec::len), Some(3));
     gate.open();
 }
