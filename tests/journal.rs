@@ -405,3 +405,41 @@ async fn a_killed_producer_replica_has_its_runs_ended_owner_lost_within_one_and_
     assert_eq!(f[0].json["events"].as_array().map(Vec::len), Some(3));
     gate.open();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_flight_refuses_a_second_turn_on_the_other_replica_while_the_run_is_live() {
+    let redis = RedisServer::start();
+    let gate = Gate::default();
+    let be = turn_backend(turn(6), Some((2, gate.clone()))).await;
+    let routes =
+        "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\nsingle_flight=true\n";
+    let a = replica(be.addr, &redis, "a", routes).await;
+    let b = replica(be.addr, &redis, "b", routes).await;
+    let (run, mut origin) = start_run(&a, "c", 2).await;
+    eventually("the run is journaled", || {
+        redis.query::<Vec<String>>(&["KEYS", "tj:*:r:*:m"]).len() == 1
+    })
+    .await;
+    let mut r = post(b.addr, "/chat", &chat("c")).await;
+    let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+    assert_eq!(r.status, 409, "{v}");
+    assert_eq!(
+        (v["error"].clone(), v["run_id"].clone()),
+        (json!("turn_already_running"), json!(run))
+    );
+    assert_eq!(
+        be.requests.lock().len(),
+        1,
+        "the second turn is not forwarded"
+    );
+    gate.open();
+    within("A's run ends", origin.frames_to_end()).await;
+    // Once the run has ended (in Redis too), B takes the next turn.
+    eventually_async("B admits the next turn", || async {
+        let mut r = post(b.addr, "/chat", &chat("c")).await;
+        let ok = r.status == 200;
+        r.body_to_end().await;
+        ok
+    })
+    .await;
+}
