@@ -1,13 +1,16 @@
 //! The shared journal end to end: two tether replicas on one redis-server of the test's own.
 //! A run recorded on replica A is attached, resumed, looked up and stopped through replica B.
 
+#[path = "../support/mod.rs"]
 mod support;
+
+mod dialects;
 
 use serde_json::{json, Value};
 use support::*;
 
 /// A replica named `id` in front of `upstream`, journaling to `redis`.
-async fn replica(
+pub(crate) async fn replica(
     upstream: std::net::SocketAddr,
     redis: &RedisServer,
     id: &str,
@@ -30,7 +33,7 @@ async fn start_run(a: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp) {
 }
 
 /// Waits until `b` knows the chat's run: the go-live reaches Redis asynchronously.
-async fn known(b: &Sidecar, chat_id: &str) {
+pub(crate) async fn known(b: &Sidecar, chat_id: &str) {
     let path = format!("/chat/run?chat_id={chat_id}");
     eventually_async("the other replica sees the run", || async {
         request(b.addr, "GET", &path, &[], b"").await.status == 200
