@@ -11,6 +11,7 @@
 
 mod client;
 mod dialects;
+mod journal;
 mod producer;
 mod scenarios;
 mod targets;

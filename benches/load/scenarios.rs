@@ -593,6 +593,12 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
             crate::dialects::resume_first_byte(bin, &p, 10_000).await,
         );
     }
+    if want(8) {
+        add(
+            &mut rows,
+            crate::journal::journal(bin, &p, 1_000, 20, secs3).await,
+        );
+    }
     rows
 }
 

@@ -10,11 +10,14 @@
 //! Keys (one hash tag `{c}` per chat, `c` = 16 hex digits of the chat scope's BLAKE3):
 //! `tj:{c}:chat` (hash: `run`), `tj:{c}:r:<run>:m` (meta hash), `:s` (stream, entry
 //! `<last>-0` per batch, `<head>-1` for the end), `:k` (checkpoint), doorbell channel `:n`.
-//! Per replica: `tj:{rep:<id>}:alive` (its lease token, `PX lease`) and control channel
-//! `tj:{rep:<id>}:ctl`. Run ids and aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
+//! Per replica: `tj:{rep:<id>}:alive` (its lease token, `PX lease`), `tj:{rep:<id>}:runs:<lease>`
+//! (`<run>\n<scope>` of the live runs that life produces, listed in `tj:leases` as
+//! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
+//! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
 
 pub mod codec;
 mod follower;
+mod liveness;
 mod recorder;
 pub mod scripts;
 mod writer;
@@ -37,6 +40,8 @@ use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::run::Run;
 pub use follower::header_text;
+use liveness::liveness;
+pub(crate) use liveness::owner_alive;
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
 
@@ -98,6 +103,8 @@ pub struct JournalMetrics {
     pub degraded: IntGauge,
     /// `tether_journal_followers`: follower tasks running here.
     pub followers: IntGauge,
+    /// `tether_journal_pending_ends`: ended runs whose end waits for Redis to come back.
+    pub pending_ends: IntGauge,
 }
 
 impl JournalMetrics {
@@ -131,12 +138,19 @@ impl JournalMetrics {
         m.register(Box::new(writes.clone()));
         m.register(Box::new(write_seconds.clone()));
         m.register(Box::new(degraded.clone()));
+        let pending_ends = IntGauge::new(
+            "tether_journal_pending_ends",
+            "Ended runs whose end waits for the shared journal to come back",
+        )
+        .expect("valid metric definition");
         m.register(Box::new(followers.clone()));
+        m.register(Box::new(pending_ends.clone()));
         JournalMetrics {
             writes,
             write_seconds,
             degraded,
             followers,
+            pending_ends,
         }
     }
 }
@@ -273,6 +287,11 @@ impl Cluster {
         format!("tj:{{rep:{id}}}:alive")
     }
 
+    /// The set of the live runs a replica's life (`lease`) produces, for the reaper.
+    fn runs_key(id: &str, lease: &str) -> String {
+        format!("tj:{{rep:{id}}}:runs:{lease}")
+    }
+
     /// This replica's control channel.
     fn ctl_channel(id: &str) -> String {
         format!("tj:{{rep:{id}}}:ctl")
@@ -396,46 +415,4 @@ async fn dispatch(cluster: Weak<Cluster>, mut rx: mpsc::UnboundedReceiver<PushIn
             }
         }
     }
-}
-
-/// Keeps this replica's liveness key alive (its lease token, `PX lease`) every third of the
-/// lease, and its control channel subscribed.
-async fn liveness(cluster: Weak<Cluster>) {
-    let mut subscribed = false;
-    loop {
-        let Some(c) = cluster.upgrade() else { return };
-        let every = c.cfg.lease / 3;
-        let mut conn = c.conn();
-        let key = Cluster::alive_key(&c.cfg.replica_id);
-        let r: redis::RedisResult<()> = tokio::time::timeout(
-            CALL_TIMEOUT,
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(&c.lease)
-                .arg("PX")
-                .arg(c.cfg.lease.as_millis() as u64)
-                .query_async(&mut conn),
-        )
-        .await
-        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
-        c.health(r.is_ok());
-        if r.is_ok() && !subscribed {
-            subscribed = c
-                .subscribe(&Cluster::ctl_channel(&c.cfg.replica_id))
-                .await
-                .is_ok();
-        }
-        drop(c);
-        tokio::time::sleep(every).await;
-    }
-}
-
-/// Whether the replica `producer` still holds lease `lease` (its liveness key says so).
-pub(crate) async fn owner_alive(
-    conn: &mut ConnectionManager,
-    producer: &str,
-    lease: &str,
-) -> redis::RedisResult<bool> {
-    let v: Option<String> = conn.get(Cluster::alive_key(producer)).await?;
-    Ok(v.as_deref() == Some(lease))
 }

@@ -186,6 +186,12 @@ impl Sidecar {
             true => Admission::SingleFlight,
             false => Admission::Always,
         };
+        if let (Admission::SingleFlight, Some(j)) = (admit, &s.journal) {
+            // Another replica's live run of the chat counts too: the journal brings it here as
+            // a mirror first (best effort: a run whose go-live has not reached Redis yet, a
+            // few milliseconds, is not seen).
+            j.sync_chat(&scope, owner, None).await;
+        }
         let pending = match s.registry.register(&scope, owner, &run_id, admit) {
             Ok(p) => p,
             Err(busy) => {

@@ -12,6 +12,7 @@ mod support;
 mod image;
 mod kubernetes;
 mod monitoring;
+mod scaling;
 
 use std::path::Path;
 

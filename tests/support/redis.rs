@@ -62,6 +62,17 @@ impl RedisServer {
         }
     }
 
+    /// Runs one command through the `redis` crate's blocking client (a test's look inside).
+    pub fn query<T: ::redis::FromRedisValue>(&self, args: &[&str]) -> T {
+        let client = ::redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let mut cmd = ::redis::cmd(args[0]);
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query(&mut conn).unwrap()
+    }
+
     /// Kills the server (SIGKILL, by its PID) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -17,11 +17,11 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{owner_alive, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
-use crate::journal::{End, EndReason, Journal};
+use crate::journal::{End, Journal};
 use crate::run::Run;
 
 /// Stream entries read per call.
@@ -393,26 +393,9 @@ impl Follower {
         {
             return;
         }
-        info!("run {run_id}: its replica {producer:?} is gone; ending it as owner_lost");
-        let end = End::finished(false, Some(EndReason::OwnerLost));
-        let _: redis::RedisResult<Vec<Vec<u8>>> = timed(
-            scripts::END
-                .key(&self.keys.chat)
-                .key(&self.keys.m)
-                .key(&self.keys.s)
-                .key(&self.keys.k)
-                .arg(&lease)
-                .arg(codec::encode_end(&end))
-                .arg(self.c.retention.as_millis() as u64)
-                .arg(&self.keys.bell)
-                .arg(run_id)
-                .arg("0")
-                .invoke_async(&mut conn),
-        )
-        .await;
-        self.c
-            .metrics
-            .runs_finished
-            .inc(crate::metrics::Outcome::OwnerLost);
+        let _ = self
+            .c
+            .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
+            .await;
     }
 }

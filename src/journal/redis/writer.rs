@@ -11,15 +11,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use log::{info, warn};
-use redis::AsyncCommands;
+
 use tokio::sync::mpsc;
+
+mod end;
+mod rebase;
+use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
 use super::recorder::{Core, Msg, WriterInbox};
 use super::{scripts, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
-use crate::journal::{End, EndReason, Journal, SnapshotCapture};
+use crate::journal::{End, EndReason, Journal};
 
 /// Bytes of batches coalesced into one append at most.
 const MAX_WRITE: usize = 1 << 20;
@@ -53,6 +56,8 @@ struct Writer {
     /// Redis has this run's end (or refused it to us): nothing more is written but `done`.
     ended: bool,
     producer_done: bool,
+    /// An end Redis has not taken yet (it was down), retried on every tick until the deadline.
+    pending_end: Option<(End, Instant)>,
     ids: Vec<String>,
 }
 
@@ -75,6 +80,7 @@ pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Met
         last_ckpt: 0,
         ended: false,
         producer_done: false,
+        pending_end: None,
         ids: vec![id_key],
     };
     tokio::spawn(w.run(inbox.rx));
@@ -106,7 +112,9 @@ impl Writer {
             if msgs.is_empty() && !self.ended {
                 self.lease_tick().await;
             }
-            if !self.ended && (!self.live || self.core.lost.load(Ordering::Relaxed)) {
+            if let Some((end, deadline)) = self.pending_end.take() {
+                self.retry_end(end, deadline, true).await;
+            } else if !self.ended && (!self.live || self.core.lost.load(Ordering::Relaxed)) {
                 self.rebase().await;
             }
             self.process(msgs).await;
@@ -118,6 +126,9 @@ impl Writer {
             }
         }
         self.cluster.produced(self.run.id());
+        self.cluster
+            .unregister_run(&self.meta.scope, self.run.id())
+            .await;
     }
 
     /// Calls a script with a timeout, counting it and the journal's health.
@@ -139,143 +150,6 @@ impl Writer {
         jm.writes.with_label_values(&[result]).inc();
         self.cluster.health(r.is_ok());
         r.map(|v| v.into_iter().map(Bytes::from).collect())
-    }
-
-    /// Writes the run (again) at the local head: at go-live, after a degraded spell, or when
-    /// Redis lost it. Batches already queued up to that head are skipped afterwards.
-    async fn rebase(&mut self) {
-        let (cap, raw_end) = {
-            let _order = self.core.order.lock();
-            // A first go-live with nothing lost starts at seq 0: every batch is still queued,
-            // so the stream holds the whole window (a cursor replays on any replica).
-            let lost = self.core.lost.swap(false, Ordering::Relaxed);
-            match (self.live, lost) {
-                (false, false) => (
-                    SnapshotCapture {
-                        seq: 0,
-                        history: Default::default(),
-                        end: None,
-                        raw_end: 0,
-                        named: false,
-                    },
-                    0,
-                ),
-                _ => (self.core.inner.capture(), self.core.inner.raw_end()),
-            }
-        };
-        let mut conn = self.cluster.conn();
-        for _ in 0..3 {
-            let prev: Option<String> =
-                match tokio::time::timeout(CALL_TIMEOUT, conn.hget(&self.keys.chat, "run")).await {
-                    Ok(Ok(p)) => p,
-                    _ => {
-                        self.cluster.health(false);
-                        self.core.lost.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                };
-            let prev = prev.unwrap_or_default();
-            let pk = RunKeys::new(&self.meta.scope, &prev);
-            let body = match cap.seq {
-                0 => Bytes::new(),
-                seq => {
-                    let mut b = BytesMut::with_capacity(cap.history.len());
-                    cap.history.write_to(&mut b);
-                    codec::encode_checkpoint(&Checkpoint {
-                        seq,
-                        events: cap.history.events,
-                        raw_end,
-                        named: cap.named,
-                        body: b.freeze(),
-                    })
-                }
-            };
-            let mode = if self.live { "rebase" } else { "live" };
-            let superseded = codec::encode_end(&End::superseded(self.run.id()));
-            let c = &self.cluster;
-            let r = self
-                .call(
-                    scripts::UPSERT
-                        .key(&self.keys.chat)
-                        .key(&self.keys.m)
-                        .key(&self.keys.s)
-                        .key(&self.keys.k)
-                        .key(&pk.m)
-                        .key(&pk.s)
-                        .arg(mode)
-                        .arg(self.run.id())
-                        .arg(&prev)
-                        .arg(&c.lease)
-                        .arg(&c.cfg.replica_id)
-                        .arg(c.window)
-                        .arg(&self.meta.scope)
-                        .arg(self.ttl_ms())
-                        .arg(cap.seq)
-                        .arg(&body[..])
-                        .arg(superseded)
-                        .arg(&pk.bell)
-                        .arg(&self.meta.header)
-                        .arg(""),
-                )
-                .await;
-            let Ok(v) = r else {
-                self.core.lost.store(true, Ordering::Relaxed);
-                return;
-            };
-            match v.first().map(|b| &b[..]) {
-                Some(b"ok") => {
-                    if self.live {
-                        info!(
-                            "run {}: re-based in the shared journal at {}",
-                            self.run.id(),
-                            cap.seq
-                        );
-                    }
-                    self.live = true;
-                    self.run.set_journaled();
-                    (self.head, self.ckpt) = (cap.seq, cap.seq);
-                    (self.since_events, self.since_bytes) = (0, 0);
-                    self.last_ckpt = body.len();
-                    self.index_ids().await;
-                    return;
-                }
-                Some(b"retry") => continue,
-                Some(b"superseded") => {
-                    let next = v.get(1).map(|b| String::from_utf8_lossy(b).into_owned());
-                    self.settle(End::superseded(&next.unwrap_or_default()));
-                    return;
-                }
-                _ => {
-                    self.settle_stored(&v);
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Another actor ended the run in Redis (a reaper, a newer run): the local run ends the same.
-    fn settle_stored(&mut self, v: &[Bytes]) {
-        let seq = v
-            .get(2)
-            .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
-            .unwrap_or(0);
-        let end = v
-            .get(1)
-            .and_then(|j| codec::decode_end(j, seq))
-            .unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost)));
-        self.settle(end);
-    }
-
-    fn settle(&mut self, end: End) {
-        self.ended = true;
-        if self.run.end().is_none() {
-            info!(
-                "run {}: ended through the shared journal ({})",
-                self.run.id(),
-                end.reason.map_or("-", EndReason::as_str)
-            );
-            self.core.inner.end(end);
-        }
     }
 
     async fn process(&mut self, msgs: Vec<Msg>) {
@@ -382,76 +256,6 @@ impl Writer {
             .unwrap_or(EndReason::Cancelled);
         if self.run.is_producing() {
             self.run.request_stop(reason);
-        }
-    }
-
-    /// Reads the end another actor wrote and settles the local run with it.
-    async fn fetch_end(&mut self) {
-        let mut c = self.cluster.conn();
-        let r: redis::RedisResult<(Option<String>, Option<u64>)> = tokio::time::timeout(
-            CALL_TIMEOUT,
-            redis::cmd("HMGET")
-                .arg(&self.keys.m)
-                .arg("end")
-                .arg("end_seq")
-                .query_async(&mut c),
-        )
-        .await
-        .unwrap_or_else(|_| Err(timed_out()));
-        let end = match r {
-            Ok((Some(j), Some(seq))) => codec::decode_end(j.as_bytes(), seq),
-            _ => None,
-        };
-        self.settle(end.unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost))));
-    }
-
-    async fn write_end(&mut self, end: End) {
-        if self.ended {
-            return;
-        }
-        if !self.live || self.head < end.seq || self.core.lost.load(Ordering::Relaxed) {
-            self.rebase().await;
-            if !self.live || self.ended {
-                return;
-            }
-        }
-        let r = self
-            .call(
-                scripts::END
-                    .key(&self.keys.chat)
-                    .key(&self.keys.m)
-                    .key(&self.keys.s)
-                    .key(&self.keys.k)
-                    .arg(&self.cluster.lease)
-                    .arg(codec::encode_end(&end))
-                    .arg(self.cluster.retention.as_millis() as u64)
-                    .arg(&self.keys.bell)
-                    .arg(self.run.id())
-                    .arg(if self.run.is_producing() { "1" } else { "0" }),
-            )
-            .await;
-        if r.is_ok() {
-            self.ended = true;
-        }
-    }
-
-    /// The producer finished: stop-waiters on other replicas see `producing = 0`.
-    async fn done(&mut self) {
-        let mut c = self.cluster.conn();
-        let _: redis::RedisResult<()> = tokio::time::timeout(
-            CALL_TIMEOUT,
-            redis::Script::new(
-                "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'producing', 0) end",
-            )
-            .key(&self.keys.m)
-            .invoke_async(&mut c),
-        )
-        .await
-        .unwrap_or_else(|_| Err(timed_out()));
-        if !self.ended {
-            // The end could not be written (Redis down): give up on this run's journal.
-            warn!("run {}: its end was not journaled", self.run.id());
-            self.ended = true;
         }
     }
 

@@ -1,0 +1,127 @@
+//! The writer's end of a run: written once, kept and retried while Redis is down (until the
+//! lease plus the retention, when every key of the run has expired anyway), and
+//! `producing = 0` for cross-replica stop-waiters.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use log::{info, warn};
+use tokio::time::Instant;
+
+use super::super::{codec, scripts, CALL_TIMEOUT};
+use super::{timed_out, Writer};
+use crate::journal::{End, EndReason};
+
+impl Writer {
+    /// Reads the end another actor wrote and settles the local run with it.
+    pub(super) async fn fetch_end(&mut self) {
+        let mut c = self.cluster.conn();
+        let r: redis::RedisResult<(Option<String>, Option<u64>)> = tokio::time::timeout(
+            CALL_TIMEOUT,
+            redis::cmd("HMGET")
+                .arg(&self.keys.m)
+                .arg("end")
+                .arg("end_seq")
+                .query_async(&mut c),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+        let end = match r {
+            Ok((Some(j), Some(seq))) => codec::decode_end(j.as_bytes(), seq),
+            _ => None,
+        };
+        self.settle(end.unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost))));
+    }
+
+    /// Writes the run's end; when Redis cannot take it now, keeps it for [`Self::retry_end`].
+    pub(super) async fn write_end(&mut self, end: End) {
+        let deadline = Instant::now() + self.cluster.cfg.lease + self.cluster.retention;
+        self.retry_end(end, deadline, false).await;
+        if self.pending_end.is_some() {
+            info!(
+                "run {}: its end waits for the shared journal to come back",
+                self.run.id()
+            );
+        }
+    }
+
+    /// One attempt at writing the end (re-basing first when Redis lost the run or missed
+    /// batches). On failure the end stays pending and the next tick tries again, until
+    /// `deadline` (lease + retention after the end: by then every key of the run has expired).
+    pub(super) async fn retry_end(&mut self, end: End, deadline: Instant, was_pending: bool) {
+        self.try_end(end, deadline).await;
+        let gauge = &self.cluster.jm.pending_ends;
+        match (was_pending, self.pending_end.is_some()) {
+            (false, true) => gauge.inc(),
+            (true, false) => gauge.dec(),
+            _ => {}
+        }
+    }
+
+    async fn try_end(&mut self, end: End, deadline: Instant) {
+        if self.ended {
+            return;
+        }
+        if !self.live || self.head < end.seq || self.core.lost.load(Ordering::Relaxed) {
+            self.rebase().await;
+            if self.ended {
+                return;
+            }
+        }
+        let written = self.live
+            && match self.call_end(&end).await {
+                Ok(v) => match v.first().map(|b| &b[..]) {
+                    // Redis lost the run (restarted empty): re-base, then end it.
+                    Some(b"missing") => {
+                        self.core.lost.store(true, Ordering::Relaxed);
+                        false
+                    }
+                    _ => true,
+                },
+                Err(_) => false,
+            };
+        if written {
+            self.ended = true;
+        } else if Instant::now() >= deadline {
+            warn!(
+                "run {}: its end could not be journaled before its keys expired",
+                self.run.id()
+            );
+            self.ended = true;
+        } else {
+            self.pending_end = Some((end, deadline));
+        }
+    }
+
+    async fn call_end(&self, end: &End) -> redis::RedisResult<Vec<Bytes>> {
+        self.call(
+            scripts::END
+                .key(&self.keys.chat)
+                .key(&self.keys.m)
+                .key(&self.keys.s)
+                .key(&self.keys.k)
+                .arg(&self.cluster.lease)
+                .arg(codec::encode_end(end))
+                .arg(self.cluster.retention.as_millis() as u64)
+                .arg(&self.keys.bell)
+                .arg(self.run.id())
+                .arg(if self.run.is_producing() { "1" } else { "0" }),
+        )
+        .await
+    }
+
+    /// The producer finished: stop-waiters on other replicas see `producing = 0`.
+    pub(super) async fn done(&mut self) {
+        let mut c = self.cluster.conn();
+        let _: redis::RedisResult<()> = tokio::time::timeout(
+            CALL_TIMEOUT,
+            redis::Script::new(
+                "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'producing', 0) end",
+            )
+            .key(&self.keys.m)
+            .invoke_async(&mut c),
+        )
+        .await
+        .unwrap_or_else(|_| Err(timed_out()));
+    }
+}

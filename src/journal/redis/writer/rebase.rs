@@ -1,0 +1,163 @@
+//! The writer's re-base: the run (re-)written at the local head, at go-live, after a degraded
+//! spell or when Redis lost it; and settling the local run with an end another actor wrote.
+
+use std::sync::atomic::Ordering;
+
+use bytes::{Bytes, BytesMut};
+use log::info;
+use redis::AsyncCommands;
+
+use super::super::codec::{self, Checkpoint};
+use super::super::{scripts, RunKeys, CALL_TIMEOUT};
+use super::Writer;
+use crate::journal::{End, EndReason, Journal, SnapshotCapture};
+
+impl Writer {
+    /// Writes the run (again) at the local head: at go-live, after a degraded spell, or when
+    /// Redis lost it. Batches already queued up to that head are skipped afterwards.
+    pub(super) async fn rebase(&mut self) {
+        let (cap, raw_end) = {
+            let _order = self.core.order.lock();
+            // A first go-live with nothing lost starts at seq 0: every batch is still queued,
+            // so the stream holds the whole window (a cursor replays on any replica).
+            let lost = self.core.lost.swap(false, Ordering::Relaxed);
+            match (self.live, lost) {
+                (false, false) => (
+                    SnapshotCapture {
+                        seq: 0,
+                        history: Default::default(),
+                        end: None,
+                        raw_end: 0,
+                        named: false,
+                    },
+                    0,
+                ),
+                _ => (self.core.inner.capture(), self.core.inner.raw_end()),
+            }
+        };
+        // Listed for the reaper (with this replica's liveness written first) before the run is.
+        if self
+            .cluster
+            .register_run(&self.meta.scope, self.run.id())
+            .await
+            .is_err()
+        {
+            self.cluster.health(false);
+            self.core.lost.store(true, Ordering::Relaxed);
+            return;
+        }
+        let mut conn = self.cluster.conn();
+        for _ in 0..3 {
+            let prev: Option<String> =
+                match tokio::time::timeout(CALL_TIMEOUT, conn.hget(&self.keys.chat, "run")).await {
+                    Ok(Ok(p)) => p,
+                    _ => {
+                        self.cluster.health(false);
+                        self.core.lost.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                };
+            let prev = prev.unwrap_or_default();
+            let pk = RunKeys::new(&self.meta.scope, &prev);
+            let body = match cap.seq {
+                0 => Bytes::new(),
+                seq => {
+                    let mut b = BytesMut::with_capacity(cap.history.len());
+                    cap.history.write_to(&mut b);
+                    codec::encode_checkpoint(&Checkpoint {
+                        seq,
+                        events: cap.history.events,
+                        raw_end,
+                        named: cap.named,
+                        body: b.freeze(),
+                    })
+                }
+            };
+            let mode = if self.live { "rebase" } else { "live" };
+            let superseded = codec::encode_end(&End::superseded(self.run.id()));
+            let c = &self.cluster;
+            let r = self
+                .call(
+                    scripts::UPSERT
+                        .key(&self.keys.chat)
+                        .key(&self.keys.m)
+                        .key(&self.keys.s)
+                        .key(&self.keys.k)
+                        .key(&pk.m)
+                        .key(&pk.s)
+                        .arg(mode)
+                        .arg(self.run.id())
+                        .arg(&prev)
+                        .arg(&c.lease)
+                        .arg(&c.cfg.replica_id)
+                        .arg(c.window)
+                        .arg(&self.meta.scope)
+                        .arg(self.ttl_ms())
+                        .arg(cap.seq)
+                        .arg(&body[..])
+                        .arg(superseded)
+                        .arg(&pk.bell)
+                        .arg(&self.meta.header)
+                        .arg(""),
+                )
+                .await;
+            let Ok(v) = r else {
+                self.core.lost.store(true, Ordering::Relaxed);
+                return;
+            };
+            match v.first().map(|b| &b[..]) {
+                Some(b"ok") => {
+                    if self.live {
+                        info!(
+                            "run {}: re-based in the shared journal at {}",
+                            self.run.id(),
+                            cap.seq
+                        );
+                    }
+                    self.live = true;
+                    self.run.set_journaled();
+                    (self.head, self.ckpt) = (cap.seq, cap.seq);
+                    (self.since_events, self.since_bytes) = (0, 0);
+                    self.last_ckpt = body.len();
+                    self.index_ids().await;
+                    return;
+                }
+                Some(b"retry") => continue,
+                Some(b"superseded") => {
+                    let next = v.get(1).map(|b| String::from_utf8_lossy(b).into_owned());
+                    self.settle(End::superseded(&next.unwrap_or_default()));
+                    return;
+                }
+                _ => {
+                    self.settle_stored(&v);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Another actor ended the run in Redis (a reaper, a newer run): the local run ends the same.
+    pub(super) fn settle_stored(&mut self, v: &[Bytes]) {
+        let seq = v
+            .get(2)
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
+            .unwrap_or(0);
+        let end = v
+            .get(1)
+            .and_then(|j| codec::decode_end(j, seq))
+            .unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost)));
+        self.settle(end);
+    }
+
+    pub(super) fn settle(&mut self, end: End) {
+        self.ended = true;
+        if self.run.end().is_none() {
+            info!(
+                "run {}: ended through the shared journal ({})",
+                self.run.id(),
+                end.reason.map_or("-", EndReason::as_str)
+            );
+            self.core.inner.end(end);
+        }
+    }
+}
