@@ -145,7 +145,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let bin = env!("CARGO_BIN_EXE_tether");
+    // `LOAD_TETHER_BIN=/path/to/tether`: measure another build (A/B of two builds in one
+    // session without rebuilding between runs).
+    let other = std::env::var("LOAD_TETHER_BIN").ok();
+    let bin = other.as_deref().unwrap_or(env!("CARGO_BIN_EXE_tether"));
     if !bench {
         println!("load: smoke check (run `cargo bench --bench load` for the full scenarios)");
         let rows = rt.block_on(scenarios::smoke(bin));
