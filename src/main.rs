@@ -97,7 +97,10 @@ mod heap {
             seen = now;
             let t = tokio::time::Instant::now();
             let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
-            log::debug!("malloc_trim after evictions: released {released} in {:?}", t.elapsed());
+            log::debug!(
+                "malloc_trim after evictions: released {released} in {:?}",
+                t.elapsed()
+            );
         }
     }
 }

@@ -334,7 +334,15 @@ pub async fn run(bin: &str, p: &Producer, o: &Opts) -> Vec<Row> {
     let mut after = Vec::new();
     let mut marks = Vec::new();
     let mut recorded_after = 0.0;
+    // The final wait for pooled connections comes after the rounds; stop early rather than run
+    // past the budget when rounds take longer than planned (a saturated machine).
+    let last_start = BUDGET.saturating_sub(POOL_IDLE + Duration::from_secs(15));
+    let round_wait = LONGEST_RUN * 3 + Duration::from_secs(o.round_secs) + RETENTION * 2;
     for round in 0..o.rounds {
+        if start.elapsed() + round_wait > last_start {
+            eprintln!("  soak: stopping after {round} rounds to stay within {BUDGET:?}");
+            break;
+        }
         load.store(1, Ordering::Relaxed);
         let until = Instant::now() + Duration::from_secs(o.round_secs);
         let slots: Vec<_> = (0..o.concurrency)
