@@ -48,6 +48,63 @@ fn raise_open_files_limit() {
     }
 }
 
+/// Gives the memory of evicted runs back to the system.
+///
+/// glibc's malloc keeps what the process freed in its arenas for reuse and returns only the top
+/// of each heap, so after a burst of runs is dropped RSS stays near the peak: in the load tool's
+/// soak (4 rounds of 500 concurrent runs), 86 to 101 MiB after each round's retention with
+/// nothing recorded, 7.5 MiB before the load. `malloc_trim(0)` walks the arenas and returns their
+/// free pages (0.1 to 1 ms a call there); with it the same soak ends rounds at 34 to 54 MiB, at
+/// no measurable CPU. It runs once a second at most, and only after a registry sweep or a
+/// capacity eviction dropped runs, on a blocking thread.
+mod heap {
+    use std::time::Duration;
+
+    use tether::metrics::{EvictReason, Metrics};
+
+    /// How often the eviction counters are looked at.
+    const EVERY: Duration = Duration::from_secs(1);
+
+    /// Returns whether glibc gave memory back.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn trim() -> bool {
+        // SAFETY: malloc_trim takes no pointers and has no preconditions; glibc locks each arena
+        // while it releases that arena's free pages (MT-Safe in malloc_trim(3)). The lib forbids
+        // unsafe code and no maintained crate wraps this one call, so it lives in the binary.
+        unsafe { libc::malloc_trim(0) == 1 }
+    }
+
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    fn trim() -> bool {
+        false
+    }
+
+    /// Trims after every look that finds runs evicted since the last.
+    pub async fn trim_after_evictions(metrics: Metrics) {
+        let evicted = || {
+            metrics.runs_evicted.get(EvictReason::Expired).get()
+                + metrics.runs_evicted.get(EvictReason::Capacity).get()
+        };
+        let mut seen = evicted();
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            let now = evicted();
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let t = tokio::time::Instant::now();
+            let released = tokio::task::spawn_blocking(trim).await.unwrap_or(false);
+            log::debug!(
+                "malloc_trim after evictions: released {released} in {:?}",
+                t.elapsed()
+            );
+        }
+    }
+}
+
 fn banner(h: &tether::server::Handle) {
     let p = h.proxy_addr;
     println!(
@@ -147,6 +204,7 @@ fn main() -> ExitCode {
             }
         };
         banner(&handle);
+        tokio::spawn(heap::trim_after_evictions(handle.shared.metrics.clone()));
         shutdown_signal().await;
         log::info!("signal received: draining for up to {:?}", drain);
         handle.drain(drain).await;

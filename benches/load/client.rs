@@ -33,6 +33,9 @@ pub struct Seen {
 }
 
 enum Chunk {
+    /// A content-length body with this many bytes left (tether answers some attaches, e.g. a
+    /// cursor at the head of a completed run, with a short body of known length).
+    Length(usize),
     Size,
     Data(usize),
     Crlf,
@@ -88,7 +91,11 @@ pub async fn open(
         sock,
         raw,
         body: BytesMut::with_capacity(64 * 1024),
-        state: Chunk::Size,
+        state: match content_length {
+            Some(0) => Chunk::Done,
+            Some(n) => Chunk::Length(n),
+            None => Chunk::Size,
+        },
         status,
         content_length,
     })
@@ -113,6 +120,17 @@ impl Conn {
         if matches!(self.state, Chunk::Done) {
             return false;
         }
+        // Bytes that came with the response head (a replay of a completed run can be all of
+        // it): decode those first, or this would wait for bytes that never come.
+        if !self.raw.is_empty() {
+            let held = self.raw.len();
+            self.dechunk();
+            if self.raw.len() != held {
+                seen.first_byte.get_or_insert_with(Instant::now);
+                self.scan(seen, delays);
+                return !matches!(self.state, Chunk::Done);
+            }
+        }
         match self.sock.read_buf(&mut self.raw).await {
             Ok(0) | Err(_) => return false,
             Ok(n) => {
@@ -123,6 +141,28 @@ impl Conn {
         self.dechunk();
         self.scan(seen, delays);
         !matches!(self.state, Chunk::Done)
+    }
+
+    /// The undecoded and unscanned bytes held and the decoder's state, for a stall report.
+    pub fn pending(&self) -> String {
+        let state = match self.state {
+            Chunk::Length(n) => format!("length {n} left"),
+            Chunk::Size => "chunk size".into(),
+            Chunk::Data(n) => format!("chunk data {n} left"),
+            Chunk::Crlf => "chunk crlf".into(),
+            Chunk::Done => "done".into(),
+        };
+        let head = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(200)]).into_owned();
+        let tail =
+            |b: &[u8]| String::from_utf8_lossy(&b[b.len().saturating_sub(200)..]).into_owned();
+        format!(
+            "{state}; raw {} bytes {:?} … {:?}; body {} bytes {:?}",
+            self.raw.len(),
+            head(&self.raw),
+            tail(&self.raw),
+            self.body.len(),
+            head(&self.body)
+        )
     }
 
     /// A content-length body, whole.
@@ -181,6 +221,17 @@ impl Conn {
     fn dechunk(&mut self) {
         loop {
             match self.state {
+                Chunk::Length(left) => {
+                    let n = left.min(self.raw.len());
+                    self.body.extend_from_slice(&self.raw[..n]);
+                    self.raw.advance(n);
+                    self.state = if n == left {
+                        Chunk::Done
+                    } else {
+                        Chunk::Length(left - n)
+                    };
+                    return;
+                }
                 Chunk::Size => {
                     let Some(i) = memmem::find(&self.raw, b"\r\n") else {
                         return;

@@ -2,7 +2,8 @@
 //! straight against the producer and through nginx, in one invocation.
 //!
 //! `cargo bench --bench load` runs every scenario; `cargo bench --bench load -- --quick` runs
-//! shorter ones; `-- --only 1,4` picks scenarios. Under `cargo test` (no `--bench` argument) it
+//! shorter ones; `-- --only 1,4` picks scenarios, and `-- --only soak` (or 9) the soak, sized by
+//! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`). Under `cargo test` (no `--bench` argument) it
 //! runs a small smoke check instead. It prints a table and writes `target/load-report.json`.
 
 // The load tool measures wall-clock time against real servers; it has no timer rules to
@@ -12,8 +13,10 @@
 mod client;
 mod dialects;
 mod journal;
+mod plot;
 mod producer;
 mod scenarios;
+mod soak;
 mod targets;
 
 use std::sync::OnceLock;
@@ -128,7 +131,15 @@ fn main() {
         .iter()
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect());
+        .map(|s| {
+            s.split(',')
+                .filter_map(|n| match n.trim() {
+                    "soak" => Some(soak::SCENARIO),
+                    n => n.parse().ok(),
+                })
+                .collect()
+        });
+    let soak_opts = soak::Opts::from_args(&args, quick);
     raise_nofile();
     now_ns();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -136,14 +147,17 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let bin = env!("CARGO_BIN_EXE_tether");
+    // `LOAD_TETHER_BIN=/path/to/tether`: measure another build (A/B of two builds in one
+    // session without rebuilding between runs).
+    let other = std::env::var("LOAD_TETHER_BIN").ok();
+    let bin = other.as_deref().unwrap_or(env!("CARGO_BIN_EXE_tether"));
     if !bench {
         println!("load: smoke check (run `cargo bench --bench load` for the full scenarios)");
         let rows = rt.block_on(scenarios::smoke(bin));
         print(&rows);
         return;
     }
-    let rows = rt.block_on(scenarios::all(bin, quick, only));
+    let rows = rt.block_on(scenarios::all(bin, quick, only, &soak_opts));
     print(&rows);
     let report = json!({
         "machine": machine(),

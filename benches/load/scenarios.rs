@@ -18,7 +18,7 @@ const TOKEN_PAD: usize = 4;
 const KIB_PAD: usize = 940;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Via {
+pub(crate) enum Via {
     Direct,
     Tether,
     Nginx,
@@ -35,7 +35,12 @@ impl Via {
 }
 
 /// Where to send a stream request, and what to send.
-fn request(via: Via, addr: SocketAddr, chat: &str, query: &str) -> (SocketAddr, String, Vec<u8>) {
+pub(crate) fn request(
+    via: Via,
+    addr: SocketAddr,
+    chat: &str,
+    query: &str,
+) -> (SocketAddr, String, Vec<u8>) {
     match via {
         Via::Tether => (
             addr,
@@ -312,7 +317,7 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
 }
 
 /// One sample of tether's Prometheus text.
-async fn metric(admin: Option<SocketAddr>, name: &str) -> f64 {
+pub(crate) async fn metric(admin: Option<SocketAddr>, name: &str) -> f64 {
     let Some(admin) = admin else { return 0.0 };
     let Ok(mut c) = client::open(admin, "GET", "/metrics", b"").await else {
         return 0.0;
@@ -532,7 +537,7 @@ async fn cold(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
 }
 
 /// Appends finished rows and shows them at once (a full run takes minutes).
-fn add(rows: &mut Vec<Row>, new: Vec<Row>) {
+pub(crate) fn add(rows: &mut Vec<Row>, new: Vec<Row>) {
     for r in &new {
         let figs: Vec<String> = r
             .figures
@@ -551,7 +556,12 @@ fn add(rows: &mut Vec<Row>, new: Vec<Row>) {
 }
 
 /// Every scenario; `quick` shortens them.
-pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
+pub async fn all(
+    bin: &str,
+    quick: bool,
+    only: Option<Vec<u32>>,
+    soak: &crate::soak::Opts,
+) -> Vec<Row> {
     let p = Producer::start().await;
     let want = |k: u32| only.as_ref().is_none_or(|o| o.contains(&k));
     let mut rows = Vec::new();
@@ -598,6 +608,9 @@ pub async fn all(bin: &str, quick: bool, only: Option<Vec<u32>>) -> Vec<Row> {
             &mut rows,
             crate::journal::journal(bin, &p, 1_000, 20, secs3).await,
         );
+    }
+    if want(crate::soak::SCENARIO) {
+        add(&mut rows, crate::soak::run(bin, &p, soak).await);
     }
     rows
 }

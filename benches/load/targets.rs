@@ -61,6 +61,11 @@ fn family(pid: u32) -> Vec<u32> {
 }
 
 impl Hop {
+    /// The hop's (main) process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// User plus system CPU seconds of the hop's processes so far.
     pub fn cpu_seconds(&self) -> f64 {
         let tick = 100.0; // USER_HZ on Linux
@@ -114,6 +119,14 @@ pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
                 .split_whitespace(),
         )
         .env("RUST_LOG", "warn")
+        // `LOAD_TETHER_ENV="K=V K2=V2"`: environment for tether only (allocator experiments such
+        // as MALLOC_ARENA_MAX=2), so the tool and cargo do not get it too.
+        .envs(
+            std::env::var("LOAD_TETHER_ENV")
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|kv| kv.split_once('=')),
+        )
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
