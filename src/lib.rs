@@ -45,5 +45,6 @@ pub mod request;
 pub mod run;
 pub mod server;
 pub mod sse;
+pub mod stall;
 pub mod token;
 pub mod upstream;

@@ -100,6 +100,11 @@ impl Upstream {
         }
     }
 
+    /// How long a backend may stay silent mid-answer.
+    pub fn idle_timeout(&self) -> Duration {
+        self.opts.idle_timeout.0
+    }
+
     /// The peer, for Pingora's pass-through path.
     pub fn peer(&self) -> Box<HttpPeer> {
         Box::new(self.peer.clone())

@@ -417,3 +417,28 @@ async fn the_demo_backend_turn_records_and_recovers() {
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_silent_for_the_idle_timeout_ends_the_run_as_upstream_timeout() {
+    // Two events, then the backend says nothing (its gate never opens) with the connection open.
+    let gate = Gate::default();
+    let be = turn_backend(turn(4), Some((2, gate.clone()))).await;
+    let tether = sidecar(be.addr, "[upstream]\nidle_timeout = \"300ms\"\n").await;
+    let mut client = post(tether.addr, "/chat", &chat("quiet")).await;
+    let frames = client.frames_to_end().await;
+    let end = frames.last().unwrap();
+    assert_eq!(end.ty(), "STREAM_END");
+    assert_eq!(end.json["persisted"], false);
+    assert_eq!(end.json["reason"], "upstream_timeout");
+    assert_eq!(
+        frames.iter().filter(|f| f.ty() == "STREAM_EVENT").count(),
+        2
+    );
+    assert_eq!(
+        tether
+            .metric("tether_upstream_errors_total{kind=\"timeout\"}")
+            .await,
+        1.0
+    );
+    drop(gate);
+}

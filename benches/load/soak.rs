@@ -506,7 +506,10 @@ pub async fn run(bin: &str, p: &Producer, o: &Opts) -> Vec<Row> {
         .map(|(_, name)| name)
         .collect();
     vec![Row {
-        scenario: format!("7 soak {}x{}s at {}", o.rounds, o.round_secs, o.concurrency),
+        scenario: format!(
+            "{SCENARIO} soak {}x{}s at {}",
+            o.rounds, o.round_secs, o.concurrency
+        ),
         target: "tether",
         figures,
         notes: if failed.is_empty() {

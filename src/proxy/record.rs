@@ -273,8 +273,8 @@ impl Sidecar {
                 let _attached = guard;
                 let mut header = header;
                 self.add_token_headers(&mut header, &run, &owner);
-                session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
-                Ok(relay(session, header, &mut Source::Tee(tee)).await)
+                let limit = Some(s.cfg.server.write_timeout.0);
+                Ok(relay(session, header, &mut Source::Tee(tee), limit).await)
             }
             Ok(Head::Live { run, guard, .. }) if inject => {
                 // The reader counts itself in from here on.

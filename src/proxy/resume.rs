@@ -11,14 +11,13 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use serde_json::{json, Map, Value};
 
-use super::session::{closed, forward_unrecorded, header_value, read_body, Handled, Reply};
+use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
 use crate::auth::{Auth, Owner};
 use crate::config::{DialectKind, Expired, KeySource, OnNothing, Route};
 use crate::dialect::{verbatim, Plan, Refusal};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
-use crate::observer::Sink;
 use crate::replay;
 use crate::request::{self, json_object, Parts, Query};
 use crate::run::Run;
@@ -275,20 +274,14 @@ impl Sidecar {
             return Ok(Reply::Abort);
         }
         let _tracked = s.observers.token();
-        session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
         let opts = replay::Options {
             heartbeat: s.cfg.server.heartbeat.0,
             inject_ids,
         };
-        let mut sink = VerbatimSink(session);
+        let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
         let outcome = replay::serve(&mut sink, run, plan, &opts, &s.stop).await;
         match outcome {
-            crate::observer::Outcome::Ended => {
-                match session.write_response_body(None, true).await {
-                    Ok(()) => Ok(Reply::Done),
-                    Err(_) => Ok(Reply::Abort),
-                }
-            }
+            crate::observer::Outcome::Ended if sink.finish().await => Ok(Reply::Done),
             _ => Ok(Reply::Abort),
         }
     }
@@ -320,21 +313,4 @@ fn sse_header() -> Result<ResponseHeader, ApiError> {
         Ok(h)
     };
     build().map_err(|e| ApiError::new(Code::InvalidBody, e.to_string()))
-}
-
-/// A Pingora session as a verbatim reader's sink.
-struct VerbatimSink<'a>(&'a mut Session);
-
-#[async_trait::async_trait]
-impl Sink for VerbatimSink<'_> {
-    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
-        self.0
-            .write_response_body(Some(data), false)
-            .await
-            .map_err(|_| ())
-    }
-
-    async fn closed(&mut self) {
-        closed(self.0).await
-    }
 }

@@ -3,6 +3,7 @@
 //! tether does not record, and serving an observer.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
@@ -16,6 +17,7 @@ use super::shared::Shared;
 use crate::error::{ApiError, Code};
 use crate::observer::{self, Sink, Start};
 use crate::run::{ObserverGuard, Run};
+use crate::stall::Stall;
 use crate::upstream::producer::TeeReader;
 use crate::upstream::{relayed, Upstream};
 
@@ -222,20 +224,49 @@ pub(crate) async fn closed(session: &mut Session) {
     }
 }
 
-/// A Pingora session as an observer's sink.
-struct SessionSink<'a>(&'a mut Session);
+/// A Pingora session as a reader's sink (protocol-1 observers and verbatim readers). A write
+/// that makes no progress for the write timeout ends the reader (a [`Stall`], not Pingora's
+/// per-write timeout).
+pub(crate) struct SessionSink<'a> {
+    session: &'a mut Session,
+    stall: Stall,
+}
+
+impl<'a> SessionSink<'a> {
+    /// A sink whose writes may stall for at most `write_timeout`.
+    pub(crate) fn new(session: &'a mut Session, write_timeout: Duration) -> Self {
+        SessionSink {
+            session,
+            stall: Stall::new(write_timeout),
+        }
+    }
+
+    /// Ends the response cleanly; false when the client is gone or stalled.
+    pub(crate) async fn finish(&mut self) -> bool {
+        matches!(
+            self.stall
+                .run(self.session.write_response_body(None, true))
+                .await,
+            Ok(Ok(()))
+        )
+    }
+}
 
 #[async_trait]
 impl Sink for SessionSink<'_> {
     async fn send(&mut self, data: Bytes) -> std::result::Result<(), ()> {
-        self.0
-            .write_response_body(Some(data), false)
+        match self
+            .stall
+            .run(self.session.write_response_body(Some(data), false))
             .await
-            .map_err(|_| ())
+        {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(()),
+        }
     }
 
     async fn closed(&mut self) {
-        closed(self.0).await
+        closed(self.session).await
     }
 }
 
@@ -265,7 +296,10 @@ pub(crate) async fn relay(
     session: &mut Session,
     header: ResponseHeader,
     source: &mut Source,
+    write_limit: Option<Duration>,
 ) -> Reply {
+    // No limit: an hour is as good as none for a pass-through (Pingora's own timeouts apply).
+    let mut stall = Stall::new(write_limit.unwrap_or(Duration::from_secs(3600)));
     let chunked =
         matches!(source, Source::Tee(_)) || header.headers.get("content-length").is_none();
     if session
@@ -282,11 +316,10 @@ pub(crate) async fn relay(
         };
         match next {
             Ok(Some(chunk)) => {
-                if session
-                    .write_response_body(Some(chunk), false)
-                    .await
-                    .is_err()
-                {
+                let written = stall
+                    .run(session.write_response_body(Some(chunk), false))
+                    .await;
+                if !matches!(written, Ok(Ok(()))) {
                     return Reply::Abort;
                 }
             }
@@ -294,9 +327,9 @@ pub(crate) async fn relay(
             Err(()) => return Reply::Abort,
         }
     }
-    match session.write_response_body(None, true).await {
-        Ok(()) => Reply::Done,
-        Err(_) => Reply::Abort,
+    match stall.run(session.write_response_body(None, true)).await {
+        Ok(Ok(())) => Reply::Done,
+        _ => Reply::Abort,
     }
 }
 
@@ -309,7 +342,7 @@ pub(crate) async fn relay_upstream(
     s: Box<HttpSession>,
 ) -> Reply {
     let mut source = Source::Upstream(s);
-    let reply = relay(session, header, &mut source).await;
+    let reply = relay(session, header, &mut source, None).await;
     if let (Reply::Done, Source::Upstream(s)) = (&reply, source) {
         upstream.release(*s).await;
     }
@@ -350,17 +383,13 @@ pub(crate) async fn observe(
 ) -> Reply {
     // Counted by the drain until this observer has written its end or left.
     let _tracked = s.observers.token();
-    session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
     let opts = observer::Options {
         heartbeat: s.cfg.server.heartbeat.0,
     };
-    let mut sink = SessionSink(session);
+    let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
     let outcome = observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
     match outcome {
-        observer::Outcome::Ended => match session.write_response_body(None, true).await {
-            Ok(()) => Reply::Done,
-            Err(_) => Reply::Abort,
-        },
+        observer::Outcome::Ended if sink.finish().await => Reply::Done,
         _ => Reply::Abort,
     }
 }

@@ -29,6 +29,7 @@ use crate::journal::EndReason;
 use crate::metrics::{DropReason, Metrics};
 use crate::registry::{Pending, Registry};
 use crate::run::{ObserverGuard, Run};
+use crate::stall::{Stall, Stalled};
 
 /// Upstream chunks queued for a legacy requester before it counts as too slow and is cut off.
 const RAW_QUEUE: usize = 1024;
@@ -300,11 +301,16 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
     }
-    let deadline = max_duration.map(|d| tokio::time::Instant::now() + d);
+    // The idle limit is a per-stream tokio timer (see `stall`), not Pingora's per-read one.
+    s.set_read_timeout(None);
+    let limits = Limits {
+        deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
+        idle: upstream.idle_timeout(),
+    };
     let (ending, tee) = read(
         &mut s,
         &run,
-        deadline,
+        limits,
         &mut ingest,
         tee,
         &mut started,
@@ -342,10 +348,17 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
 
 /// Reads the live upstream to its end (or a stop), recording every batch. Returns how it ended
 /// and the legacy tee if it is still attached.
+/// When a live run's upstream read loop gives up: the run's deadline (`max_run_duration`) and
+/// how long the upstream may stay silent.
+struct Limits {
+    deadline: Option<tokio::time::Instant>,
+    idle: Duration,
+}
+
 async fn read(
     s: &mut HttpSession,
     run: &Arc<Run>,
-    deadline: Option<tokio::time::Instant>,
+    limits: Limits,
     ingest: &mut Ingest,
     mut tee: Option<Tee>,
     started: &mut Started<'_>,
@@ -356,16 +369,29 @@ async fn read(
     let mut batch: Vec<Event> = Vec::new();
     // Built once: a stop or the deadline is noticed without re-arming them per read.
     let stop = run.stop_requested();
-    let expiry = sleep_until(deadline);
+    let expiry = sleep_until(limits.deadline);
     tokio::pin!(stop, expiry);
+    let mut idle = Stall::new(limits.idle);
     let ending = loop {
         let read = tokio::select! {
             biased;
-            r = s.read_response_body() => r,
+            r = idle.run(s.read_response_body()) => r,
             reason = &mut stop => break Ending::Stopped(reason),
             _ = &mut expiry => break Ending::Stopped(EndReason::MaxDuration),
         };
         let chunk = match read {
+            Err(Stalled) => {
+                m.upstream_errors.inc(UpstreamErrorKind::Timeout);
+                warn!(
+                    "run {}: upstream silent for {:?}; the run ends",
+                    run.id(),
+                    limits.idle
+                );
+                break Ending::Failed(EndReason::UpstreamTimeout);
+            }
+            Ok(read) => read,
+        };
+        let chunk = match chunk {
             Ok(Some(c)) => c,
             Ok(None) => break Ending::Clean,
             Err(e) => {
