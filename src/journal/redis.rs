@@ -18,6 +18,7 @@
 pub mod codec;
 mod follower;
 mod liveness;
+mod pipe;
 mod recorder;
 pub mod scripts;
 mod writer;
@@ -26,8 +27,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use dashmap::DashMap;
 use log::{info, warn};
+use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushInfo, PushKind, Value};
@@ -44,6 +47,40 @@ use liveness::liveness;
 pub(crate) use liveness::owner_alive;
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
+
+/// Doorbell messages a follower may have waiting before it reads the stream instead.
+const BELL_QUEUE: usize = 256;
+
+/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
+#[derive(Default)]
+pub(crate) struct Bell {
+    pub(crate) notify: Notify,
+    queue: Mutex<Vec<Bytes>>,
+    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
+    behind: AtomicBool,
+}
+
+impl Bell {
+    fn ring(&self, msg: Option<Bytes>) {
+        {
+            let mut q = self.queue.lock();
+            match msg {
+                Some(m) if q.len() < BELL_QUEUE => q.push(m),
+                _ => {
+                    q.clear();
+                    self.behind.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// The messages rung since the last call, and whether some were dropped.
+    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
+        let q = std::mem::take(&mut *self.queue.lock());
+        (q, self.behind.swap(false, Ordering::Relaxed))
+    }
+}
 
 /// How long one Redis call may take before it counts as failed (the journal degrades).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -105,6 +142,8 @@ pub struct JournalMetrics {
     pub followers: IntGauge,
     /// `tether_journal_pending_ends`: ended runs whose end waits for Redis to come back.
     pub pending_ends: IntGauge,
+    /// `tether_journal_flush_calls`: script calls per pipelined round trip.
+    pub flush_calls: Histogram,
 }
 
 impl JournalMetrics {
@@ -143,9 +182,21 @@ impl JournalMetrics {
             "Ended runs whose end waits for the shared journal to come back",
         )
         .expect("valid metric definition");
+        let flush_calls = Histogram::with_opts(
+            HistogramOpts::new(
+                "tether_journal_flush_calls",
+                "Script calls per pipelined shared-journal round trip",
+            )
+            .buckets(vec![
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0,
+            ]),
+        )
+        .expect("valid metric definition");
         m.register(Box::new(followers.clone()));
         m.register(Box::new(pending_ends.clone()));
+        m.register(Box::new(flush_calls.clone()));
         JournalMetrics {
+            flush_calls,
             writes,
             write_seconds,
             degraded,
@@ -169,7 +220,8 @@ pub struct Cluster {
     pub lease: String,
     cmd: ConnectionManager,
     bus: ConnectionManager,
-    bells: DashMap<String, Arc<Notify>>,
+    pipe: pipe::Pipe,
+    bells: DashMap<String, Arc<Bell>>,
     producers: DashMap<String, Weak<Run>>,
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
@@ -226,6 +278,7 @@ impl Cluster {
                 .set_automatic_resubscription(),
         )?;
         let jm = JournalMetrics::new(&metrics);
+        let pipe = pipe::Pipe::start(cmd.clone(), jm.clone());
         let cluster = Arc::new(Cluster {
             cfg,
             window,
@@ -234,6 +287,7 @@ impl Cluster {
             lease: format!("{:016x}", rand::random::<u64>()),
             cmd,
             bus,
+            pipe,
             bells: DashMap::new(),
             producers: DashMap::new(),
             mirrors: DashMap::new(),
@@ -298,11 +352,11 @@ impl Cluster {
     }
 
     /// Subscribes to `channel` and waits for the acknowledgement; returns its wake-up.
-    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Notify>> {
+    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Bell>> {
         let bell = self
             .bells
             .entry(channel.to_string())
-            .or_insert_with(|| Arc::new(Notify::new()))
+            .or_insert_with(|| Arc::new(Bell::default()))
             .clone();
         let mut bus = self.bus.clone();
         tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
@@ -388,21 +442,23 @@ async fn dispatch(cluster: Weak<Cluster>, mut rx: mpsc::UnboundedReceiver<PushIn
         if push.kind != PushKind::Message {
             if push.kind == PushKind::Disconnection {
                 // Wake every follower: it reads the stream (nothing is lost, only delayed).
-                c.bells.iter().for_each(|b| b.notify_one());
+                c.bells.iter().for_each(|b| b.ring(None));
             }
             continue;
         }
+        let mut data = push.data.into_iter();
         let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) =
-            (push.data.first(), push.data.get(1))
+            (data.next(), data.next())
         else {
             continue;
         };
-        let ch = String::from_utf8_lossy(ch);
+        let ch = String::from_utf8_lossy(&ch);
+        let msg = Bytes::from(msg);
         if let Some(bell) = c.bells.get(ch.as_ref()) {
-            bell.notify_one();
+            bell.ring(Some(msg.clone()));
         }
         if ch == Cluster::ctl_channel(&c.cfg.replica_id) {
-            let msg = String::from_utf8_lossy(msg);
+            let msg = String::from_utf8_lossy(&msg);
             let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
             let reason = EndReason::ALL
                 .iter()
