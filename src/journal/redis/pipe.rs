@@ -5,16 +5,16 @@
 //! a busy one sends few large writes. Each writer still has one call in flight, so a run's
 //! calls stay in order; fencing and explicit ids live in the scripts, unchanged.
 
-use std::sync::Arc;
+use std::task::Poll;
 
 use redis::aio::ConnectionManager;
 use redis::{Cmd, Pipeline, RedisResult, Script, ToRedisArgs, Value};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
 
 use super::JournalMetrics;
 
 /// Pipelined round trips on the wire at once.
-const IN_FLIGHT: usize = 8;
+const IN_FLIGHT: usize = 4;
 /// Calls per round trip at most.
 const MAX_CALLS: usize = 512;
 
@@ -90,17 +90,28 @@ impl Pipe {
     }
 }
 
+type Flush = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Gathers the pending calls into flushes and drives up to [`IN_FLIGHT`] of them itself (no
+/// task per flush: one scheduling hop less on the way back to the writers).
 async fn flusher(
     conn: ConnectionManager,
     mut rx: mpsc::UnboundedReceiver<Call>,
     jm: JournalMetrics,
 ) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        // Calls keep queuing while the earlier flushes are on the wire.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
+    let mut flights: Vec<Flush> = Vec::with_capacity(IN_FLIGHT);
+    loop {
+        let first = std::future::poll_fn(|cx| {
+            flights.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+            if flights.len() < IN_FLIGHT {
+                if let Poll::Ready(c) = rx.poll_recv(cx) {
+                    return Poll::Ready(c);
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        let Some(first) = first else { break };
         let mut batch = vec![first];
         while batch.len() < MAX_CALLS {
             match rx.try_recv() {
@@ -109,11 +120,11 @@ async fn flusher(
             }
         }
         jm.flush_calls.observe(batch.len() as f64);
-        let conn = conn.clone();
-        tokio::spawn(async move {
-            flush(conn, batch).await;
-            drop(slot);
-        });
+        flights.push(Box::pin(flush(conn.clone(), batch)));
+    }
+    // The senders are gone: let the flushes on the wire answer their writers.
+    for f in flights {
+        f.await;
     }
 }
 
