@@ -3,7 +3,9 @@
 //! stays the hot path everywhere:
 //!
 //! - the producing replica records into it as always and a writer task per run copies each
-//!   batch to Redis asynchronously ([`writer`]), never slowing the producer;
+//!   batch to Redis asynchronously ([`writer`]), never slowing the producer; every writer's
+//!   script call goes through the replica's write pipeline ([`pipe`]): one round trip for all
+//!   the calls pending at once;
 //! - a replica that serves a run it does not produce keeps a local mirror run fed by one
 //!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
 //!

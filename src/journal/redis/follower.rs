@@ -452,3 +452,18 @@ impl Follower {
             .await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
+        let msg = Bytes::from_static(b"7 9 a b\x00c");
+        let (first, last, data) = rung_entry(&msg).unwrap_or_default();
+        assert_eq!((first, last, &data[..]), (7, 9, &b"a b\x00c"[..]));
+        assert!(rung_entry(&Bytes::from_static(b"end")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"42")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"x 9 d")).is_none());
+    }
+}
