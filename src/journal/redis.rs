@@ -26,7 +26,7 @@ pub mod scripts;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,7 +36,7 @@ use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::auth::{Auth, Owner};
 use crate::config;
@@ -242,11 +242,6 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-/// Forwards pushes (doorbells, control messages) to the dispatcher.
-fn push_sender(tx: mpsc::UnboundedSender<PushInfo>) -> impl redis::aio::AsyncPushSender {
-    tx
-}
-
 impl Cluster {
     /// Connects lazily (start never waits for Redis) and starts the liveness and message tasks.
     pub fn start(
@@ -274,12 +269,19 @@ impl Cluster {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3),
         );
-        let (tx, rx) = mpsc::unbounded_channel();
+        // The push connection routes doorbells and control messages to this cluster once it
+        // exists (nothing is subscribed before).
+        let routes: Arc<OnceLock<Weak<Cluster>>> = Arc::new(OnceLock::new());
+        let to = routes.clone();
+        let push = move |p: PushInfo| -> Result<(), ()> {
+            if let Some(c) = to.get().and_then(Weak::upgrade) {
+                route(&c, p);
+            }
+            Ok(())
+        };
         let bus = ConnectionManager::new_lazy_with_config(
             redis::Client::open(resp3)?,
-            tuned()
-                .set_push_sender(push_sender(tx))
-                .set_automatic_resubscription(),
+            tuned().set_push_sender(push).set_automatic_resubscription(),
         )?;
         let jm = JournalMetrics::new(&metrics);
         let pipe = pipe::Pipe::start(cmd.clone(), jm.clone());
@@ -301,7 +303,7 @@ impl Cluster {
             metrics,
             jm,
         });
-        tokio::spawn(dispatch(Arc::downgrade(&cluster), rx));
+        let _ = routes.set(Arc::downgrade(&cluster));
         tokio::spawn(liveness(Arc::downgrade(&cluster)));
         info!(
             "shared journal on {} as replica {:?}",
@@ -439,40 +441,38 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// Routes pushes: a doorbell wakes its follower; a control message stops a run produced here.
-async fn dispatch(cluster: Weak<Cluster>, mut rx: mpsc::UnboundedReceiver<PushInfo>) {
-    while let Some(push) = rx.recv().await {
-        let Some(c) = cluster.upgrade() else { return };
-        if push.kind != PushKind::Message {
-            if push.kind == PushKind::Disconnection {
-                // Wake every follower: it reads the stream (nothing is lost, only delayed).
-                c.bells.iter().for_each(|b| b.ring(None));
-            }
-            continue;
+/// Routes a push where it arrives, in the push connection's own task (no hop through a channel
+/// and a dispatcher task): a doorbell rings its follower's bell; a control message stops a run
+/// produced here. Nothing here waits.
+fn route(c: &Cluster, push: PushInfo) {
+    if push.kind != PushKind::Message {
+        if push.kind == PushKind::Disconnection {
+            // Wake every follower: it reads the stream (nothing is lost, only delayed).
+            c.bells.iter().for_each(|b| b.ring(None));
         }
-        let mut data = push.data.into_iter();
-        let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) =
-            (data.next(), data.next())
-        else {
-            continue;
-        };
-        let ch = String::from_utf8_lossy(&ch);
-        let msg = Bytes::from(msg);
-        if let Some(bell) = c.bells.get(ch.as_ref()) {
-            bell.ring(Some(msg.clone()));
-        }
-        if ch == Cluster::ctl_channel(&c.cfg.replica_id) {
-            let msg = String::from_utf8_lossy(&msg);
-            let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
-            let reason = EndReason::ALL
-                .iter()
-                .copied()
-                .find(|r| r.as_str() == reason)
-                .unwrap_or(EndReason::Cancelled);
-            if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
-                info!("run {run_id}: stop requested through another replica");
-                run.request_stop(reason);
-            }
+        return;
+    }
+    let mut data = push.data.into_iter();
+    let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) = (data.next(), data.next())
+    else {
+        return;
+    };
+    let ch = String::from_utf8_lossy(&ch);
+    let msg = Bytes::from(msg);
+    if let Some(bell) = c.bells.get(ch.as_ref()) {
+        bell.ring(Some(msg.clone()));
+    }
+    if ch.ends_with(":ctl") && ch == Cluster::ctl_channel(&c.cfg.replica_id) {
+        let msg = String::from_utf8_lossy(&msg);
+        let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
+        let reason = EndReason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == reason)
+            .unwrap_or(EndReason::Cancelled);
+        if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
+            info!("run {run_id}: stop requested through another replica");
+            run.request_stop(reason);
         }
     }
 }
