@@ -3,7 +3,9 @@
 //! stays the hot path everywhere:
 //!
 //! - the producing replica records into it as always and a writer task per run copies each
-//!   batch to Redis asynchronously ([`writer`]), never slowing the producer;
+//!   batch to Redis asynchronously ([`writer`]), never slowing the producer; every writer's
+//!   script call goes through the replica's write pipeline ([`pipe`]): one round trip for all
+//!   the calls pending at once;
 //! - a replica that serves a run it does not produce keeps a local mirror run fed by one
 //!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
 //!
@@ -18,20 +20,23 @@
 pub mod codec;
 mod follower;
 mod liveness;
+mod pipe;
 mod recorder;
 pub mod scripts;
 mod writer;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use bytes::Bytes;
 use dashmap::DashMap;
 use log::{info, warn};
+use parking_lot::Mutex;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushInfo, PushKind, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use crate::auth::{Auth, Owner};
 use crate::config;
@@ -44,6 +49,40 @@ use liveness::liveness;
 pub(crate) use liveness::owner_alive;
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
+
+/// Doorbell messages a follower may have waiting before it reads the stream instead.
+const BELL_QUEUE: usize = 256;
+
+/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
+#[derive(Default)]
+pub(crate) struct Bell {
+    pub(crate) notify: Notify,
+    queue: Mutex<Vec<Bytes>>,
+    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
+    behind: AtomicBool,
+}
+
+impl Bell {
+    fn ring(&self, msg: Option<Bytes>) {
+        {
+            let mut q = self.queue.lock();
+            match msg {
+                Some(m) if q.len() < BELL_QUEUE => q.push(m),
+                _ => {
+                    q.clear();
+                    self.behind.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// The messages rung since the last call, and whether some were dropped.
+    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
+        let q = std::mem::take(&mut *self.queue.lock());
+        (q, self.behind.swap(false, Ordering::Relaxed))
+    }
+}
 
 /// How long one Redis call may take before it counts as failed (the journal degrades).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -105,10 +144,14 @@ pub struct JournalMetrics {
     pub followers: IntGauge,
     /// `tether_journal_pending_ends`: ended runs whose end waits for Redis to come back.
     pub pending_ends: IntGauge,
+    /// `tether_journal_flush_calls`: script calls per pipelined round trip.
+    pub flush_calls: Histogram,
 }
 
 impl JournalMetrics {
-    fn new(m: &Metrics) -> Self {
+    /// Registers the families on `m` (done by [`Cluster::start`]; public for the dashboard's
+    /// coverage test).
+    pub fn new(m: &Metrics) -> Self {
         let writes = IntCounterVec::new(
             Opts::new(
                 "tether_journal_writes_total",
@@ -143,9 +186,21 @@ impl JournalMetrics {
             "Ended runs whose end waits for the shared journal to come back",
         )
         .expect("valid metric definition");
+        let flush_calls = Histogram::with_opts(
+            HistogramOpts::new(
+                "tether_journal_flush_calls",
+                "Script calls per pipelined shared-journal round trip",
+            )
+            .buckets(vec![
+                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0,
+            ]),
+        )
+        .expect("valid metric definition");
         m.register(Box::new(followers.clone()));
         m.register(Box::new(pending_ends.clone()));
+        m.register(Box::new(flush_calls.clone()));
         JournalMetrics {
+            flush_calls,
             writes,
             write_seconds,
             degraded,
@@ -169,7 +224,8 @@ pub struct Cluster {
     pub lease: String,
     cmd: ConnectionManager,
     bus: ConnectionManager,
-    bells: DashMap<String, Arc<Notify>>,
+    pipe: pipe::Pipe,
+    bells: DashMap<String, Arc<Bell>>,
     producers: DashMap<String, Weak<Run>>,
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
@@ -184,11 +240,6 @@ impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Cluster({})", self.cfg.replica_id)
     }
-}
-
-/// Forwards pushes (doorbells, control messages) to the dispatcher.
-fn push_sender(tx: mpsc::UnboundedSender<PushInfo>) -> impl redis::aio::AsyncPushSender {
-    tx
 }
 
 impl Cluster {
@@ -218,14 +269,22 @@ impl Cluster {
                 .clone()
                 .set_protocol(redis::ProtocolVersion::RESP3),
         );
-        let (tx, rx) = mpsc::unbounded_channel();
+        // The push connection routes doorbells and control messages to this cluster once it
+        // exists (nothing is subscribed before).
+        let routes: Arc<OnceLock<Weak<Cluster>>> = Arc::new(OnceLock::new());
+        let to = routes.clone();
+        let push = move |p: PushInfo| -> Result<(), ()> {
+            if let Some(c) = to.get().and_then(Weak::upgrade) {
+                route(&c, p);
+            }
+            Ok(())
+        };
         let bus = ConnectionManager::new_lazy_with_config(
             redis::Client::open(resp3)?,
-            tuned()
-                .set_push_sender(push_sender(tx))
-                .set_automatic_resubscription(),
+            tuned().set_push_sender(push).set_automatic_resubscription(),
         )?;
         let jm = JournalMetrics::new(&metrics);
+        let pipe = pipe::Pipe::start(cmd.clone(), jm.clone());
         let cluster = Arc::new(Cluster {
             cfg,
             window,
@@ -234,6 +293,7 @@ impl Cluster {
             lease: format!("{:016x}", rand::random::<u64>()),
             cmd,
             bus,
+            pipe,
             bells: DashMap::new(),
             producers: DashMap::new(),
             mirrors: DashMap::new(),
@@ -243,7 +303,7 @@ impl Cluster {
             metrics,
             jm,
         });
-        tokio::spawn(dispatch(Arc::downgrade(&cluster), rx));
+        let _ = routes.set(Arc::downgrade(&cluster));
         tokio::spawn(liveness(Arc::downgrade(&cluster)));
         info!(
             "shared journal on {} as replica {:?}",
@@ -298,11 +358,11 @@ impl Cluster {
     }
 
     /// Subscribes to `channel` and waits for the acknowledgement; returns its wake-up.
-    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Notify>> {
+    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Bell>> {
         let bell = self
             .bells
             .entry(channel.to_string())
-            .or_insert_with(|| Arc::new(Notify::new()))
+            .or_insert_with(|| Arc::new(Bell::default()))
             .clone();
         let mut bus = self.bus.clone();
         tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
@@ -381,38 +441,38 @@ fn redact(url: &str) -> String {
     }
 }
 
-/// Routes pushes: a doorbell wakes its follower; a control message stops a run produced here.
-async fn dispatch(cluster: Weak<Cluster>, mut rx: mpsc::UnboundedReceiver<PushInfo>) {
-    while let Some(push) = rx.recv().await {
-        let Some(c) = cluster.upgrade() else { return };
-        if push.kind != PushKind::Message {
-            if push.kind == PushKind::Disconnection {
-                // Wake every follower: it reads the stream (nothing is lost, only delayed).
-                c.bells.iter().for_each(|b| b.notify_one());
-            }
-            continue;
+/// Routes a push where it arrives, in the push connection's own task (no hop through a channel
+/// and a dispatcher task): a doorbell rings its follower's bell; a control message stops a run
+/// produced here. Nothing here waits.
+fn route(c: &Cluster, push: PushInfo) {
+    if push.kind != PushKind::Message {
+        if push.kind == PushKind::Disconnection {
+            // Wake every follower: it reads the stream (nothing is lost, only delayed).
+            c.bells.iter().for_each(|b| b.ring(None));
         }
-        let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) =
-            (push.data.first(), push.data.get(1))
-        else {
-            continue;
-        };
-        let ch = String::from_utf8_lossy(ch);
-        if let Some(bell) = c.bells.get(ch.as_ref()) {
-            bell.notify_one();
-        }
-        if ch == Cluster::ctl_channel(&c.cfg.replica_id) {
-            let msg = String::from_utf8_lossy(msg);
-            let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
-            let reason = EndReason::ALL
-                .iter()
-                .copied()
-                .find(|r| r.as_str() == reason)
-                .unwrap_or(EndReason::Cancelled);
-            if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
-                info!("run {run_id}: stop requested through another replica");
-                run.request_stop(reason);
-            }
+        return;
+    }
+    let mut data = push.data.into_iter();
+    let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) = (data.next(), data.next())
+    else {
+        return;
+    };
+    let ch = String::from_utf8_lossy(&ch);
+    let msg = Bytes::from(msg);
+    if let Some(bell) = c.bells.get(ch.as_ref()) {
+        bell.ring(Some(msg.clone()));
+    }
+    if ch.ends_with(":ctl") && ch == Cluster::ctl_channel(&c.cfg.replica_id) {
+        let msg = String::from_utf8_lossy(&msg);
+        let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
+        let reason = EndReason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == reason)
+            .unwrap_or(EndReason::Cancelled);
+        if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
+            info!("run {run_id}: stop requested through another replica");
+            run.request_stop(reason);
         }
     }
 }

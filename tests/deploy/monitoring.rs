@@ -30,6 +30,8 @@ fn exported_families() -> BTreeMap<String, String> {
     // A labelled family whose label values are not known up front is left out of the exposition
     // until it has a child; give it one.
     m.runs_started.with_label_values(&["/chat", "agui"]).inc();
+    // The shared journal's families are registered when a journal is configured.
+    tether::journal::redis::JournalMetrics::new(&m);
     let families: BTreeMap<String, String> = m
         .render()
         .lines()

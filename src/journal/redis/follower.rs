@@ -4,7 +4,9 @@
 //!
 //! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
 //! acknowledgement *before* it reads the checkpoint and the stream; the stream decides what
-//! exists and the doorbell only wakes (a poll of at most a second covers a lost one). A gap
+//! exists and the doorbell only wakes (a poll of at most a second covers a lost one). A doorbell
+//! carries the entry the producer just appended: a mirror it follows on from applies it without
+//! a read, anything else (an end, a gap, dropped messages, a poll) reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
 //! producer's lease lapsed is ended `owner_lost` by the first follower that notices.
 
@@ -17,7 +19,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{owner_alive, Bell, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
@@ -232,26 +234,48 @@ fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
         let first: u64 = field(fields, b"f")
             .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
             .unwrap_or(0);
-        let mut data = Bytes::copy_from_slice(field(fields, b"d").unwrap_or_default());
-        let mut at = first;
-        while data.remaining() >= 4 {
-            let len = data.get_u32_le() as usize;
-            if data.remaining() < len {
-                return Applied::Gap;
-            }
-            let Some(b) = codec::decode_batch(data.split_to(len)) else {
-                return Applied::Gap;
-            };
-            let n = b.events.len() as u64;
-            if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
-                .is_err()
-            {
-                return Applied::Gap;
-            }
-            at += n;
+        let data = Bytes::copy_from_slice(field(fields, b"d").unwrap_or_default());
+        if !apply_data(j, first, data, ckpt) {
+            return Applied::Gap;
         }
     }
     Applied::More
+}
+
+/// Applies one entry's data (batches from seq `first`); false on a gap or a bad entry.
+fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
+    let mut at = first;
+    while data.remaining() >= 4 {
+        let len = data.get_u32_le() as usize;
+        if data.remaining() < len {
+            return false;
+        }
+        let Some(b) = codec::decode_batch(data.split_to(len)) else {
+            return false;
+        };
+        let n = b.events.len() as u64;
+        if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
+            .is_err()
+        {
+            return false;
+        }
+        at += n;
+    }
+    true
+}
+
+/// A doorbell carrying its stream entry: `<first> <last> <data>`.
+fn rung_entry(msg: &Bytes) -> Option<(u64, u64, Bytes)> {
+    let sp = |from: usize| {
+        msg[from..]
+            .iter()
+            .position(|&b| b == b' ')
+            .map(|i| i + from)
+    };
+    let a = sp(0)?;
+    let b = sp(a + 1)?;
+    let num = |r: &[u8]| std::str::from_utf8(r).ok()?.parse::<u64>().ok();
+    Some((num(&msg[..a])?, num(&msg[a + 1..b])?, msg.slice(b + 1..)))
 }
 
 /// Reads the run's meta, checkpoint and the stream after it into a fresh mirror journal.
@@ -325,16 +349,45 @@ struct Follower {
 }
 
 impl Follower {
-    async fn follow(mut self, bell: Arc<tokio::sync::Notify>, ended: bool) {
+    /// Applies the entries the doorbell carried; false when the stream must be read (a
+    /// message without its entry, such as an end, or one that does not follow the mirror).
+    fn apply_rung(&self, msgs: Vec<Bytes>) -> bool {
+        for m in msgs {
+            let Some((first, last, data)) = rung_entry(&m) else {
+                return false;
+            };
+            let head = self.journal.head();
+            if last <= head {
+                continue;
+            }
+            if first > head + 1 || !apply_data(&self.journal, first, data, self.ckpt) {
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn follow(mut self, bell: Arc<Bell>, ended: bool) {
         let mut progress = Instant::now();
         let mut done = ended;
+        // A poll only when no doorbell came for a while (one was lost).
+        let poll = tokio::time::sleep(self.c.cfg.poll);
+        tokio::pin!(poll);
         while !done {
-            tokio::select! {
-                _ = bell.notified() => {}
-                _ = tokio::time::sleep(self.c.cfg.poll) => {}
-            }
+            let rung = tokio::select! {
+                _ = bell.notify.notified() => true,
+                _ = &mut poll => false,
+            };
+            poll.as_mut().reset(Instant::now() + self.c.cfg.poll);
             let Some(run) = self.run.upgrade() else { break };
             let head = self.journal.head();
+            let (msgs, behind) = bell.take();
+            if rung && !behind && self.apply_rung(msgs) {
+                if self.journal.head() > head {
+                    progress = Instant::now();
+                }
+                continue;
+            }
             let entries = match read_entries(&self.c, &self.keys.s, head).await {
                 Ok(e) => e,
                 Err(_) => continue,
@@ -397,5 +450,20 @@ impl Follower {
             .c
             .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
+        let msg = Bytes::from_static(b"7 9 a b\x00c");
+        let (first, last, data) = rung_entry(&msg).unwrap_or_default();
+        assert_eq!((first, last, &data[..]), (7, 9, &b"a b\x00c"[..]));
+        assert!(rung_entry(&Bytes::from_static(b"end")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"42")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"x 9 d")).is_none());
     }
 }

@@ -56,7 +56,8 @@ return {'ok'}
 });
 
 /// Appends one batch (seqs `first..=last`) as stream entry `<last>-0`, moves the head and rings
-/// the doorbell. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`,
+/// the doorbell with the entry itself (`<first> <last> <data>`), so a follower that is caught up
+/// applies it without reading the stream. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`,
 /// `missing` without writing.
 ///
 /// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell.
@@ -74,7 +75,7 @@ if head >= last then return {'dup', st[4] or ''} end
 if head ~= first - 1 then return {'gap'} end
 redis.call('XADD', s, 'MINID', '~', ARGV[5], last .. '-0', 'f', first, 'd', ARGV[4])
 redis.call('HSET', m, 'head', last)
-redis.call('PUBLISH', ARGV[6], last)
+redis.call('PUBLISH', ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 return {'ok', st[4] or ''}
 "#,
     )

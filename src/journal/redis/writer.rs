@@ -19,6 +19,7 @@ mod rebase;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
+use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
 use super::{scripts, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
@@ -131,14 +132,15 @@ impl Writer {
             .await;
     }
 
-    /// Calls a script with a timeout, counting it and the journal's health.
-    async fn call(&self, inv: &mut redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<Bytes>> {
-        let mut c = self.cluster.conn();
+    /// Calls a script through the replica's write pipeline with a timeout, counting it and the
+    /// journal's health.
+    async fn call(&self, inv: &Inv) -> redis::RedisResult<Vec<Bytes>> {
         let t = tokio::time::Instant::now();
         let r: redis::RedisResult<Vec<Vec<u8>>> =
-            tokio::time::timeout(CALL_TIMEOUT, inv.invoke_async(&mut c))
+            tokio::time::timeout(CALL_TIMEOUT, self.cluster.pipe.call(inv))
                 .await
-                .unwrap_or_else(|_| Err(timed_out()));
+                .unwrap_or_else(|_| Err(timed_out()))
+                .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from));
         let jm = &self.cluster.jm;
         jm.write_seconds.observe(t.elapsed().as_secs_f64());
         let result = match &r {
@@ -218,7 +220,7 @@ impl Writer {
         let len = data.len();
         let r = self
             .call(
-                scripts::APPEND
+                Inv::new(&scripts::APPEND)
                     .key(&self.keys.m)
                     .key(&self.keys.s)
                     .arg(&self.cluster.lease)
@@ -286,7 +288,7 @@ impl Writer {
         }
         let r = self
             .call(
-                scripts::TOUCH
+                Inv::new(&scripts::TOUCH)
                     .key(&self.keys.chat)
                     .key(&self.keys.m)
                     .key(&self.keys.s)
@@ -338,7 +340,7 @@ impl Writer {
         });
         let r = self
             .call(
-                scripts::CHECKPOINT
+                Inv::new(&scripts::CHECKPOINT)
                     .key(&self.keys.m)
                     .key(&self.keys.k)
                     .arg(&self.cluster.lease)

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use log::{info, warn};
 use tokio::time::Instant;
 
+use super::super::pipe::Inv;
 use super::super::{codec, scripts, CALL_TIMEOUT};
 use super::{timed_out, Writer};
 use crate::journal::{End, EndReason};
@@ -95,7 +96,7 @@ impl Writer {
 
     async fn call_end(&self, end: &End) -> redis::RedisResult<Vec<Bytes>> {
         self.call(
-            scripts::END
+            Inv::new(&scripts::END)
                 .key(&self.keys.chat)
                 .key(&self.keys.m)
                 .key(&self.keys.s)

@@ -8,6 +8,7 @@ use log::info;
 use redis::AsyncCommands;
 
 use super::super::codec::{self, Checkpoint};
+use super::super::pipe::Inv;
 use super::super::{scripts, RunKeys, CALL_TIMEOUT};
 use super::Writer;
 use crate::journal::{End, EndReason, Journal, SnapshotCapture};
@@ -78,7 +79,7 @@ impl Writer {
             let c = &self.cluster;
             let r = self
                 .call(
-                    scripts::UPSERT
+                    Inv::new(&scripts::UPSERT)
                         .key(&self.keys.chat)
                         .key(&self.keys.m)
                         .key(&self.keys.s)
