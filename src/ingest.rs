@@ -12,7 +12,7 @@ use crate::format::{detect_from_event, Event, Format, FormatKind};
 use crate::journal::raw::Frame;
 use crate::journal::{End, EndReason};
 use crate::metrics::Outcome;
-use crate::sse::{Decoded, Decoder, RawFrame};
+use crate::sse::{Decoded, Decoder};
 
 /// Events searched for `event:` aliases before giving up on the ones not found.
 const ALIAS_SEARCH_EVENTS: u64 = 64;
@@ -60,7 +60,6 @@ pub struct Ingest {
     /// Raw frames are kept: the cursor field each frame is indexed by.
     raw: Option<Option<String>>,
     raw_out: Vec<Frame>,
-    raw_in: Vec<RawFrame>,
     /// `event:` alias pointers not found yet.
     alias_pointers: Vec<String>,
     aliases_found: Vec<String>,
@@ -83,7 +82,6 @@ impl Ingest {
             bytes: 0,
             raw: None,
             raw_out: Vec::new(),
-            raw_in: Vec::new(),
             alias_pointers: Vec::new(),
             aliases_found: Vec::new(),
         }
@@ -127,10 +125,8 @@ impl Ingest {
         self.bytes += chunk.len() as u64;
         self.decoded.clear();
         self.decoder.feed(chunk, &mut self.decoded);
-        self.raw_in.clear();
-        self.raw_in.extend(self.decoder.take_raw());
-        let mut raw_in = std::mem::take(&mut self.raw_in);
-        let mut raws = raw_in.drain(..);
+        // One raw frame per decoded event, in order (none unless raw frames are kept).
+        let mut raws = self.decoder.take_raw();
         for d in self.decoded.drain(..) {
             match d {
                 Decoded::Event(e) => {
@@ -168,8 +164,6 @@ impl Ingest {
                 Decoded::Oversized { bytes } => fed.oversized.push(bytes),
             }
         }
-        drop(raws);
-        self.raw_in = raw_in;
         self.events += batch.len() as u64;
         fed
     }

@@ -409,11 +409,20 @@ impl Metrics {
         }
     }
 
-    /// Adds a family defined elsewhere (the shared journal's) to this sidecar's registry.
-    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
-        if let Err(e) = self.registry.register(c) {
-            log::warn!("metric not registered: {e}");
-        }
+    /// A counter family defined elsewhere (the shared journal's), in this sidecar's registry,
+    /// every value of `L` at zero. Runs once at start, like [`Metrics::new`].
+    pub fn new_counters<L: Label>(&self, name: &str, help: &str, label: &str) -> Counters<L> {
+        counters(&self.registry, name, help, label)
+    }
+
+    /// A gauge defined elsewhere, in this sidecar's registry.
+    pub fn new_gauge(&self, name: &str, help: &str) -> IntGauge {
+        gauge(&self.registry, name, help)
+    }
+
+    /// A histogram defined elsewhere, in this sidecar's registry.
+    pub fn new_histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        histogram(&self.registry, name, help, buckets)
     }
 
     /// The Prometheus text exposition of every family.

@@ -118,8 +118,7 @@ async fn write_loop<S: Sink>(
             seq
         }
     };
-    let mut heartbeat =
-        tokio::time::interval_at(tokio::time::Instant::now() + opts.heartbeat, opts.heartbeat);
+    let mut heartbeat = heartbeats(opts.heartbeat);
     loop {
         rx.borrow_and_update();
         match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
@@ -175,16 +174,34 @@ async fn write_loop<S: Sink>(
                 continue;
             }
         }
-        tokio::select! {
-            r = rx.changed() => { if r.is_err() { return Outcome::Gone; } }
-            _ = sink.closed() => return Outcome::Gone,
-            _ = heartbeat.tick() => {
-                if sink.send(Bytes::from_static(KEEPALIVE)).await.is_err() {
-                    return Outcome::Gone;
-                }
-            }
-            _ = shutdown.cancelled() => return Outcome::Shutdown,
+        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+            return outcome;
         }
+    }
+}
+
+/// The `: keepalive` ticker of a reader, first due one interval from now.
+pub fn heartbeats(every: Duration) -> tokio::time::Interval {
+    tokio::time::interval_at(Instant::now() + every, every)
+}
+
+/// Waits, while a reader has nothing to write, until the run changes, writing a heartbeat
+/// when one is due (then returns too, so the reader looks again). `Err` is how the reader
+/// ends: the client left (also noticed while idle) or the process is shutting down.
+pub async fn idle<S: Sink>(
+    sink: &mut S,
+    rx: &mut tokio::sync::watch::Receiver<u64>,
+    heartbeat: &mut tokio::time::Interval,
+    shutdown: &CancellationToken,
+) -> Result<(), Outcome> {
+    tokio::select! {
+        r = rx.changed() => r.map_err(|_| Outcome::Gone),
+        _ = sink.closed() => Err(Outcome::Gone),
+        _ = heartbeat.tick() => sink
+            .send(Bytes::from_static(KEEPALIVE))
+            .await
+            .map_err(|()| Outcome::Gone),
+        _ = shutdown.cancelled() => Err(Outcome::Shutdown),
     }
 }
 

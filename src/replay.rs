@@ -8,14 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, BytesMut};
 use log::debug;
 use tokio_util::sync::CancellationToken;
 
 use crate::dialect::{from_start, Plan};
-use crate::observer::{Outcome, Sink};
+use crate::observer::{heartbeats, idle, Outcome, Sink};
 use crate::run::Run;
-use crate::sse::KEEPALIVE;
 
 /// Raw frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
@@ -78,8 +77,7 @@ async fn write_loop<S: Sink>(
             cap.raw_end
         }
     };
-    let mut heartbeat =
-        tokio::time::interval_at(tokio::time::Instant::now() + opts.heartbeat, opts.heartbeat);
+    let mut heartbeat = heartbeats(opts.heartbeat);
     loop {
         rx.borrow_and_update();
         let Some(read) = run.read_raw(next, MAX_FRAMES_PER_WRITE) else {
@@ -116,15 +114,8 @@ async fn write_loop<S: Sink>(
         if !read.frames.is_empty() {
             continue;
         }
-        tokio::select! {
-            r = rx.changed() => { if r.is_err() { return Outcome::Gone; } }
-            _ = sink.closed() => return Outcome::Gone,
-            _ = heartbeat.tick() => {
-                if sink.send(Bytes::from_static(KEEPALIVE)).await.is_err() {
-                    return Outcome::Gone;
-                }
-            }
-            _ = shutdown.cancelled() => return Outcome::Shutdown,
+        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+            return outcome;
         }
     }
 }

@@ -71,15 +71,6 @@ pub struct Route {
 }
 
 impl Route {
-    /// Whether the route's requests never carry a body of their own.
-    pub fn bodyless(&self) -> bool {
-        self.methods
-            .iter()
-            .all(|m| m == "GET" || m == "HEAD" || m == "DELETE")
-    }
-}
-
-impl Route {
     /// The path captures when the route matches `method` and `path`, else `None`.
     pub fn matches(&self, method: &str, path: &str) -> Option<Captures> {
         if !self.methods.iter().any(|m| m == method) {

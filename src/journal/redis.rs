@@ -33,7 +33,7 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use log::{info, warn};
 use parking_lot::Mutex;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts};
+use prometheus::{Histogram, IntGauge};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushInfo, PushKind, Value};
 use tokio::sync::Notify;
@@ -41,7 +41,7 @@ use tokio::sync::Notify;
 use crate::auth::{Auth, Owner};
 use crate::config;
 use crate::journal::EndReason;
-use crate::metrics::Metrics;
+use crate::metrics::{label_enum, Counters, Metrics};
 use crate::registry::Registry;
 use crate::run::Run;
 pub use follower::header_text;
@@ -131,11 +131,25 @@ fn id_key(owner: &Owner, id: &str) -> String {
     format!("tj:{{i:{}}}:id", tag(&Auth::scope(owner, id)))
 }
 
+label_enum! {
+    /// `tether_journal_writes_total{result}`: how a shared-journal script call ended.
+    pub enum WriteResult {
+        /// Redis took it.
+        Ok => "ok",
+        /// Redis could not be reached or refused it (the journal degrades).
+        Error => "error",
+        /// A newer lease owns the run: this producer's writes are refused.
+        Fenced => "fenced",
+        /// The run had already ended in the journal (the first end wins).
+        Ended => "ended",
+    }
+}
+
 /// The shared journal's metric families (J11).
 #[derive(Clone)]
 pub struct JournalMetrics {
     /// `tether_journal_writes_total{result}`: script calls by result.
-    pub writes: IntCounterVec,
+    pub writes: Counters<WriteResult>,
     /// `tether_journal_write_seconds`.
     pub write_seconds: Histogram,
     /// `tether_journal_degraded`: 1 while Redis cannot be written.
@@ -152,60 +166,34 @@ impl JournalMetrics {
     /// Registers the families on `m` (done by [`Cluster::start`]; public for the dashboard's
     /// coverage test).
     pub fn new(m: &Metrics) -> Self {
-        let writes = IntCounterVec::new(
-            Opts::new(
+        JournalMetrics {
+            writes: m.new_counters(
                 "tether_journal_writes_total",
                 "Shared-journal script calls by result",
+                "result",
             ),
-            &["result"],
-        )
-        .expect("valid metric definition");
-        for r in ["ok", "error", "dropped", "fenced", "ended"] {
-            writes.with_label_values(&[r]);
-        }
-        let write_seconds = Histogram::with_opts(HistogramOpts::new(
-            "tether_journal_write_seconds",
-            "Duration of shared-journal writes",
-        ))
-        .expect("valid metric definition");
-        let degraded = IntGauge::new(
-            "tether_journal_degraded",
-            "1 while the shared journal cannot be written",
-        )
-        .expect("valid metric definition");
-        let followers = IntGauge::new(
-            "tether_journal_followers",
-            "Runs of other replicas followed here",
-        )
-        .expect("valid metric definition");
-        m.register(Box::new(writes.clone()));
-        m.register(Box::new(write_seconds.clone()));
-        m.register(Box::new(degraded.clone()));
-        let pending_ends = IntGauge::new(
-            "tether_journal_pending_ends",
-            "Ended runs whose end waits for the shared journal to come back",
-        )
-        .expect("valid metric definition");
-        let flush_calls = Histogram::with_opts(
-            HistogramOpts::new(
+            write_seconds: m.new_histogram(
+                "tether_journal_write_seconds",
+                "Duration of shared-journal writes",
+                prometheus::DEFAULT_BUCKETS.to_vec(),
+            ),
+            degraded: m.new_gauge(
+                "tether_journal_degraded",
+                "1 while the shared journal cannot be written",
+            ),
+            followers: m.new_gauge(
+                "tether_journal_followers",
+                "Runs of other replicas followed here",
+            ),
+            pending_ends: m.new_gauge(
+                "tether_journal_pending_ends",
+                "Ended runs whose end waits for the shared journal to come back",
+            ),
+            flush_calls: m.new_histogram(
                 "tether_journal_flush_calls",
                 "Script calls per pipelined shared-journal round trip",
-            )
-            .buckets(vec![
-                1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0,
-            ]),
-        )
-        .expect("valid metric definition");
-        m.register(Box::new(followers.clone()));
-        m.register(Box::new(pending_ends.clone()));
-        m.register(Box::new(flush_calls.clone()));
-        JournalMetrics {
-            flush_calls,
-            writes,
-            write_seconds,
-            degraded,
-            followers,
-            pending_ends,
+                vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+            ),
         }
     }
 }

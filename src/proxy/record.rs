@@ -8,17 +8,17 @@ use bytes::Bytes;
 use log::info;
 use pingora_proxy::Session;
 
+use super::resume::{first_key, refused};
 use super::session::{
     forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
     Handled, Reply, Source,
 };
 use super::{Matched, Sidecar};
 use crate::auth::{Auth, Owner};
-use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, OnNothing, Route};
+use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim};
 use crate::error::{ApiError, Code};
-use crate::metrics::AttachResult;
 use crate::observer::Start;
 use crate::registry::{Admission, Busy, Pending};
 use crate::request::{self, Parts, RecordRequest};
@@ -85,11 +85,9 @@ impl Sidecar {
             .aliases
             .iter()
             .filter_map(|a| match a {
-                Alias::Request(src) => {
-                    super::resume::first_key(std::slice::from_ref(src), &parts, map.as_ref())
-                        .ok()
-                        .flatten()
-                }
+                Alias::Request(src) => first_key(std::slice::from_ref(src), &parts, map.as_ref())
+                    .ok()
+                    .flatten(),
                 _ => None,
             })
             .collect()
@@ -128,17 +126,9 @@ impl Sidecar {
                     .await,
             ),
             Ok(Err(Refusal::Nothing)) => {
-                self.shared.metrics.attach.inc(
-                    kind,
-                    match route.on_nothing {
-                        OnNothing::NoContent => AttachResult::NoContent,
-                        OnNothing::EmptyStream => AttachResult::EndOnly,
-                    },
-                );
-                Some(Ok(match route.on_nothing {
-                    OnNothing::NoContent => Reply::Json(204, None),
-                    OnNothing::EmptyStream => Reply::EmptyStream,
-                }))
+                let (result, answer) = refused(kind, Refusal::Nothing, route.on_nothing);
+                self.shared.metrics.attach.inc(kind, result);
+                Some(answer)
             }
             Ok(Err(Refusal::Expired(_))) => Some(
                 self.serve_verbatim(session, &run, Plan::Render, kind, inject, owner)

@@ -49,7 +49,11 @@ pub(crate) enum Lookup {
 }
 
 /// The status answer of a refused resume, and its metric result.
-fn refused(dialect: DialectKind, r: Refusal, on_nothing: OnNothing) -> (AttachResult, Handled) {
+pub(crate) fn refused(
+    dialect: DialectKind,
+    r: Refusal,
+    on_nothing: OnNothing,
+) -> (AttachResult, Handled) {
     let not_found = || Err(ApiError::new(Code::NoRun, "no such run to resume"));
     match (r, dialect) {
         (Refusal::Expired(Expired::ReplayUnavailable), _) => (

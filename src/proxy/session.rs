@@ -298,8 +298,7 @@ pub(crate) async fn relay(
     source: &mut Source,
     write_limit: Option<Duration>,
 ) -> Reply {
-    // No limit: an hour is as good as none for a pass-through (Pingora's own timeouts apply).
-    let mut stall = Stall::new(write_limit.unwrap_or(Duration::from_secs(3600)));
+    let mut stall = write_limit.map(Stall::new);
     let chunked =
         matches!(source, Source::Tee(_)) || header.headers.get("content-length").is_none();
     if session
@@ -316,10 +315,8 @@ pub(crate) async fn relay(
         };
         match next {
             Ok(Some(chunk)) => {
-                let written = stall
-                    .run(session.write_response_body(Some(chunk), false))
-                    .await;
-                if !matches!(written, Ok(Ok(()))) {
+                let written = limited(&mut stall, session.write_response_body(Some(chunk), false));
+                if !matches!(written.await, Some(Ok(()))) {
                     return Reply::Abort;
                 }
             }
@@ -327,9 +324,17 @@ pub(crate) async fn relay(
             Err(()) => return Reply::Abort,
         }
     }
-    match stall.run(session.write_response_body(None, true)).await {
-        Ok(Ok(())) => Reply::Done,
+    match limited(&mut stall, session.write_response_body(None, true)).await {
+        Some(Ok(())) => Reply::Done,
         _ => Reply::Abort,
+    }
+}
+
+/// Runs a relay's write, under its write limit when it has one; `None` when the write stalled.
+async fn limited<F: std::future::Future>(stall: &mut Option<Stall>, write: F) -> Option<F::Output> {
+    match stall {
+        Some(s) => s.run(write).await.ok(),
+        None => Some(write.await),
     }
 }
 

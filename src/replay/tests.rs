@@ -5,6 +5,7 @@ use crate::format::{agui::Agui, Format};
 use crate::journal::raw::Frame;
 use crate::sse::SseEvent;
 use async_trait::async_trait;
+use bytes::Bytes;
 
 struct Collect(Vec<u8>);
 

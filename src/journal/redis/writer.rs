@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::codec::{self, Checkpoint};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
-use super::{scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{scripts, Cluster, RunKeys, WriteResult, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::journal::{End, EndReason, Journal};
 
@@ -144,12 +144,12 @@ impl Writer {
         let jm = &self.cluster.jm;
         jm.write_seconds.observe(t.elapsed().as_secs_f64());
         let result = match &r {
-            Ok(v) if v.first().map(Vec::as_slice) == Some(b"fenced") => "fenced",
-            Ok(v) if v.first().map(Vec::as_slice) == Some(b"ended") => "ended",
-            Ok(_) => "ok",
-            Err(_) => "error",
+            Ok(v) if v.first().map(Vec::as_slice) == Some(b"fenced") => WriteResult::Fenced,
+            Ok(v) if v.first().map(Vec::as_slice) == Some(b"ended") => WriteResult::Ended,
+            Ok(_) => WriteResult::Ok,
+            Err(_) => WriteResult::Error,
         };
-        jm.writes.with_label_values(&[result]).inc();
+        jm.writes.inc(result);
         self.cluster.health(r.is_ok());
         r.map(|v| v.into_iter().map(Bytes::from).collect())
     }
