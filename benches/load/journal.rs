@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::client::{self, Seen};
+use crate::client::Seen;
 use crate::producer::Producer;
 use crate::targets;
 use crate::Row;
@@ -91,28 +91,10 @@ impl Drop for Redis {
     }
 }
 
+/// One protocol-1 stream of `chat` at `path`, read to its end.
 async fn stream(addr: SocketAddr, path: &str, chat: &str, delays: bool) -> Seen {
     let body = json!({"chat_id": chat, "protocol": 1}).to_string();
-    let mut seen = Seen::default();
-    match client::open(addr, "POST", path, body.as_bytes()).await {
-        Ok(mut c) if c.status == 200 => while c.read_some(&mut seen, delays).await {},
-        Ok(c) => {
-            seen.broken = true;
-            seen.failure = Some(format!("status {}", c.status));
-        }
-        Err(e) => {
-            seen.broken = true;
-            seen.failure = Some(e.to_string());
-        }
-    }
-    seen
-}
-
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
+    crate::scenarios::stream(addr, path, body.as_bytes(), delays).await
 }
 
 /// Scenario 8 (see the module comment).
@@ -225,8 +207,8 @@ pub async fn journal(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64)
         }
         let (d, lost) = gather(produced);
         let mut figures = vec![
-            ("delay_p50_us", percentile(&d, 0.5)),
-            ("delay_p99_us", percentile(&d, 0.99)),
+            ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
+            ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
             ("cpu_s", hop.cpu_seconds() - cpu0.0),
             ("streams_lost", lost as f64),
         ];
@@ -248,8 +230,8 @@ pub async fn journal(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64)
                 scenario: format!("8 journal: {runs} runs at {rate}/s, observers on B"),
                 target: "follower",
                 figures: vec![
-                    ("delay_p50_us", percentile(&d, 0.5)),
-                    ("delay_p99_us", percentile(&d, 0.99)),
+                    ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
+                    ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
                     ("cpu_s", b.cpu_seconds() - cpu0.1),
                     ("streams_lost", lost as f64),
                 ],

@@ -54,7 +54,7 @@ pub(crate) fn request(
 }
 
 /// One stream, read to its end.
-async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bool) -> Seen {
+pub(crate) async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bool) -> Seen {
     let mut seen = Seen::default();
     match client::open(addr, "POST", path, body).await {
         Ok(mut c) if c.status == 200 => while c.read_some(&mut seen, delays).await {},
@@ -70,7 +70,7 @@ async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bool) -> Seen
     seen
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
