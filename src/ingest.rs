@@ -226,10 +226,60 @@ pub fn outcome(end: &End, ending: Ending) -> Outcome {
     }
 }
 
-/// The integer at `pointer` in the JSON `data`, if it has one.
+/// The integer at `pointer` in the JSON `data`, if it has one. A top-level pointer (`/field`,
+/// every cursor profile's) is read without building the document: other members are skipped.
 fn int_at(data: &[u8], pointer: &str) -> Option<i64> {
-    let v: serde_json::Value = serde_json::from_slice(data).ok()?;
-    v.pointer(pointer)?.as_i64()
+    match pointer.strip_prefix('/') {
+        Some(field) if !field.contains(['/', '~']) => top_level_int(data, field),
+        _ => {
+            let v: serde_json::Value = serde_json::from_slice(data).ok()?;
+            v.pointer(pointer)?.as_i64()
+        }
+    }
+}
+
+/// The integer member `field` of the JSON object `data` (the last one if repeated, as
+/// `serde_json::Value` keeps it).
+fn top_level_int(data: &[u8], field: &str) -> Option<i64> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+    struct Member<'f>(&'f str);
+
+    impl<'de> Visitor<'de> for Member<'_> {
+        type Value = Option<i64>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<i64>, A::Error> {
+            let mut found = None;
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if key == self.0 {
+                    found = map
+                        .next_value::<serde_json::Number>()
+                        .ok()
+                        .and_then(|n| n.as_i64());
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(found)
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Member<'_> {
+        type Value = Option<i64>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(data);
+    let v = Member(field).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    v
 }
 
 /// Moves every pointer with a string or number in the JSON `data` from `pointers` to `found`.

@@ -187,3 +187,39 @@ fn raw_frames_and_event_aliases_come_with_their_events() {
     assert_eq!(i.take_aliases(), ["r-1"]);
     assert!(i.take_aliases().is_empty(), "found once");
 }
+
+#[test]
+fn a_top_level_cursor_reads_as_the_whole_document_would() {
+    let docs: [&[u8]; 9] = [
+        br#"{"type":"x","sequence_number":7}"#,
+        br#"{"sequence_number":7,"nested":{"sequence_number":9},"list":[1,{"a":"}"}]}"#,
+        br#"{"sequence_number":"7"}"#,
+        br#"{"sequence_number":7.5}"#,
+        br#"{"sequence_number":1,"sequence_number":2}"#,
+        br#"{"seq\u0075ence_number":4}"#,
+        br#"{"other":1}"#,
+        br#"[1,2]"#,
+        br#"{"sequence_number":3} trailing"#,
+    ];
+    for d in docs {
+        let whole = serde_json::from_slice::<serde_json::Value>(d)
+            .ok()
+            .and_then(|v| v.pointer("/sequence_number")?.as_i64());
+        assert_eq!(
+            super::int_at(d, "/sequence_number"),
+            whole,
+            "{}",
+            String::from_utf8_lossy(d)
+        );
+    }
+    assert_eq!(
+        super::int_at(br#"{"a":{"b":5}}"#, "/a/b"),
+        Some(5),
+        "a deep pointer"
+    );
+    assert_eq!(
+        super::int_at(br#"{"a/b":5}"#, "/a~1b"),
+        Some(5),
+        "an escaped pointer"
+    );
+}
