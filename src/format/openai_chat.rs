@@ -20,6 +20,7 @@
 //! `tool_calls` and their `function` while the event is parsed, noting each level's member
 //! names; no JSON tree is built and no byte is scanned twice.
 
+mod chunk;
 mod read;
 
 use std::ops::Range;
@@ -30,7 +31,8 @@ use serde_json::value::RawValue;
 use super::{one_line, wrap_raw, Event, Format, FormatKind, LastWins, Merge, MergeClass};
 use crate::journal::EndReason;
 use crate::sse::SseEvent;
-use read::{index, is_truthy, parse, Choice, Chunk, Slot};
+use chunk::{parse, Choice, Chunk};
+use read::{index, is_truthy, Slot};
 
 /// `choices[i].delta.content`, keyed by the choice's `index`.
 pub const CONTENT: MergeClass = class(101);
