@@ -9,6 +9,9 @@
 //! - a replica that serves a run it does not produce keeps a local mirror run fed by one
 //!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
 //!
+//! Redis is one server or a Redis Cluster (`[journal] cluster`): [`conn`] hides which, and
+//! [`bus`] carries doorbells and control messages (sharded pub/sub in a cluster).
+//!
 //! Keys (one hash tag `{c}` per chat, `c` = 16 hex digits of the chat scope's BLAKE3):
 //! `tj:{c}:chat` (hash: `run`), `tj:{c}:r:<run>:m` (meta hash), `:s` (stream, entry
 //! `<last>-0` per batch, `<head>-1` for the end), `:k` (checkpoint), doorbell channel `:n`.
