@@ -61,7 +61,8 @@ async fn attach_on_the_other_replica_mid_run_gets_snapshot_live_tail_and_one_end
 }
 
 /// Attach on B mid-run: a snapshot, the live tail, one end; B follows through its subscription
-/// to the run's doorbell, and both replicas listen on their control channels.
+/// to the run's doorbell, both replicas listen on their control channels, and both report the
+/// journal ready.
 pub(crate) async fn attach_mid_run(redis: &impl JournalRedis) {
     let gate = Gate::default();
     let be = turn_backend(turn(10), Some((5, gate.clone()))).await;
@@ -104,6 +105,12 @@ pub(crate) async fn attach_mid_run(redis: &impl JournalRedis) {
         b.metric("tether_journal_followers").await == 0.0
     })
     .await;
+    for replica in [&a, &b] {
+        let mut r = request(replica.admin, "GET", "/readyz", &[], b"").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(&r.body_to_end().await[..], b"ready\njournal: ok\n");
+        assert_eq!(replica.metric("tether_journal_degraded").await, 0.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
