@@ -26,7 +26,8 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
-# tests/journal.rs starts its own redis-server (Debian's, 7.x) on a free port.
+# tests/journal/ starts its own redis-server (Debian's, 7.x) on a free port, and its own
+# three-node Redis Cluster of them (CLUSTER ADDSLOTSRANGE and --cluster-port need Redis 7).
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
 

@@ -71,8 +71,12 @@ pub struct Config {
 /// The shared journal's validated settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Journal {
-    /// `redis://…`
+    /// `redis://…` as configured (in cluster mode, the seed nodes separated by commas).
     pub url: String,
+    /// Whether the journal is a Redis Cluster (sharded pub/sub, one connection per node).
+    pub cluster: bool,
+    /// The URLs connected to: the server, or the cluster's seed nodes.
+    pub nodes: Vec<String>,
     /// This replica's name.
     pub replica_id: String,
     /// Liveness lease.
@@ -145,6 +149,9 @@ impl Config {
         if let Some(v) = &flags.replica_id {
             file.journal.replica_id = v.clone();
         }
+        if let Some(v) = flags.journal_cluster {
+            file.journal.cluster = v;
+        }
         let mut cfg = file.validate()?;
         if let Some(s) = &flags.auth_subject {
             cfg.subject = s.clone();
@@ -206,16 +213,14 @@ fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
     if url.is_empty() {
         return Ok(None);
     }
-    if url.starts_with("rediss://") {
-        return Err(err(
-            "journal.url",
-            "rediss:// (TLS) is not built into this tether; use redis:// on a private network",
-        ));
+    let nodes: Vec<String> = url.split(',').map(|u| u.trim().to_string()).collect();
+    for node in &nodes {
+        redis_url(node, j.cluster)?;
     }
-    if !url.starts_with("redis://") {
+    if nodes.len() > 1 && !j.cluster {
         return Err(err(
             "journal.url",
-            format!("{url:?} must be redis://HOST:PORT[/DB]"),
+            "several URLs name a Redis Cluster's seed nodes: set journal.cluster = true",
         ));
     }
     if j.lease.0 < std::time::Duration::from_millis(100) {
@@ -236,10 +241,39 @@ fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
     };
     Ok(Some(Journal {
         url: url.to_string(),
+        cluster: j.cluster,
+        nodes,
         replica_id,
         lease: j.lease.0,
         poll: j.poll.0,
     }))
+}
+
+/// Checks one Redis URL: `redis://` (no TLS built in), and in a cluster no database but 0.
+fn redis_url(url: &str, cluster: bool) -> Result<(), ConfigError> {
+    if url.starts_with("rediss://") {
+        return Err(err(
+            "journal.url",
+            "rediss:// (TLS) is not built into this tether; use redis:// on a private network",
+        ));
+    }
+    let Some(rest) = url.strip_prefix("redis://").filter(|r| !r.is_empty()) else {
+        return Err(err(
+            "journal.url",
+            format!("{url:?} must be redis://HOST:PORT[/DB]"),
+        ));
+    };
+    let after_host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    let db = after_host
+        .split_once('/')
+        .map_or("", |(_, p)| p.split('?').next().unwrap_or(""));
+    if cluster && !matches!(db, "" | "0") {
+        return Err(err(
+            "journal.url",
+            format!("{url:?}: a Redis Cluster has database 0 only"),
+        ));
+    }
+    Ok(())
 }
 
 /// `hostname-pid-random`: unique per process even when two share a host and a pid namespace.

@@ -192,8 +192,11 @@ impl Default for Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JournalConf {
-    /// `redis://HOST:PORT[/DB]`; empty: the in-process journal only.
+    /// `redis://HOST:PORT[/DB]`; in cluster mode one or more seed nodes separated by commas;
+    /// empty: the in-process journal only.
     pub url: String,
+    /// Whether `url` names a Redis Cluster (7+) rather than one server.
+    pub cluster: bool,
     /// This replica's name in the journal; empty: hostname, pid and a random suffix.
     pub replica_id: String,
     /// How long a replica's liveness lasts without a refresh; its live runs are ended as
@@ -207,6 +210,7 @@ impl Default for JournalConf {
     fn default() -> Self {
         JournalConf {
             url: String::new(),
+            cluster: false,
             replica_id: String::new(),
             lease: Dur(Duration::from_secs(10)),
             poll: Dur(Duration::from_secs(1)),

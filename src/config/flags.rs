@@ -77,8 +77,13 @@ pub struct Flags {
     #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
     pub auth_subject: Option<Subject>,
     /// Shared journal, redis://HOST:PORT[/DB]: every replica serves every run [default: off].
+    /// With --journal-cluster, one or more seed nodes separated by commas.
     #[arg(long, env = "TETHER_JOURNAL")]
     pub journal: Option<String>,
+    /// The shared journal is a Redis Cluster: true or false [default: false].
+    #[arg(long, env = "TETHER_JOURNAL_CLUSTER", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
+    pub journal_cluster: Option<bool>,
     /// This replica's name in the shared journal [default: hostname-pid-random].
     #[arg(long, env = "TETHER_REPLICA_ID")]
     pub replica_id: Option<String>,

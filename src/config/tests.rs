@@ -376,3 +376,36 @@ fn every_profile_parses_and_validates() {
         ]
     );
 }
+
+#[test]
+fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
+    let journal = |toml: &str| parse_file(toml).unwrap().validate().map(|c| c.journal);
+    let one = journal("[journal]\nurl = \"redis://r:6379/2\"\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (one.cluster, one.nodes),
+        (false, vec!["redis://r:6379/2".to_string()])
+    );
+    let seeds = "url = \"redis://a:7000, redis://b:7000\"\n";
+    let c = journal(&format!("[journal]\ncluster = true\n{seeds}"))
+        .unwrap()
+        .unwrap();
+    assert!(c.cluster);
+    assert_eq!(c.nodes, ["redis://a:7000", "redis://b:7000"]);
+    let e = journal(&format!("[journal]\n{seeds}")).unwrap_err();
+    assert!(
+        e.key == "journal.url" && e.message.contains("cluster = true"),
+        "{e}"
+    );
+    let e = journal("[journal]\ncluster = true\nurl = \"redis://a:7000/3\"\n").unwrap_err();
+    assert!(e.message.contains("database 0"), "{e}");
+    let e = journal("[journal]\ncluster = true\nurl = \"redis://a,rediss://b\"\n").unwrap_err();
+    assert!(e.message.contains("TLS"), "{e}");
+    let f = Flags::parse_from(["tether", "--journal", "redis://a:7000", "--journal-cluster"]);
+    let c = Config::from_parts(File::default(), &f)
+        .unwrap()
+        .journal
+        .unwrap();
+    assert!(c.cluster);
+}

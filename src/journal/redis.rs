@@ -9,6 +9,9 @@
 //! - a replica that serves a run it does not produce keeps a local mirror run fed by one
 //!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
 //!
+//! Redis is one server or a Redis Cluster (`[journal] cluster`): [`conn`] hides which, and
+//! [`bus`] carries doorbells and control messages (sharded pub/sub in a cluster).
+//!
 //! Keys (one hash tag `{c}` per chat, `c` = 16 hex digits of the chat scope's BLAKE3):
 //! `tj:{c}:chat` (hash: `run`), `tj:{c}:r:<run>:m` (meta hash), `:s` (stream, entry
 //! `<last>-0` per batch, `<head>-1` for the end), `:k` (checkpoint), doorbell channel `:n`.
@@ -17,7 +20,9 @@
 //! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
 //! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
 
+mod bus;
 pub mod codec;
+mod conn;
 mod follower;
 mod liveness;
 mod pipe;
@@ -29,60 +34,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use bytes::Bytes;
 use dashmap::DashMap;
 use log::{info, warn};
-use parking_lot::Mutex;
 use prometheus::{Histogram, IntGauge};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, PushInfo, PushKind, Value};
-use tokio::sync::Notify;
+use redis::PushInfo;
 
 use crate::auth::{Auth, Owner};
 use crate::config;
-use crate::journal::EndReason;
 use crate::metrics::{label_enum, Counters, Metrics};
 use crate::registry::Registry;
 use crate::run::Run;
+pub(crate) use bus::Bell;
+pub(crate) use conn::Conn;
 pub use follower::header_text;
 use liveness::liveness;
 pub(crate) use liveness::owner_alive;
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
-
-/// Doorbell messages a follower may have waiting before it reads the stream instead.
-const BELL_QUEUE: usize = 256;
-
-/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
-#[derive(Default)]
-pub(crate) struct Bell {
-    pub(crate) notify: Notify,
-    queue: Mutex<Vec<Bytes>>,
-    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
-    behind: AtomicBool,
-}
-
-impl Bell {
-    fn ring(&self, msg: Option<Bytes>) {
-        {
-            let mut q = self.queue.lock();
-            match msg {
-                Some(m) if q.len() < BELL_QUEUE => q.push(m),
-                _ => {
-                    q.clear();
-                    self.behind.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        self.notify.notify_one();
-    }
-
-    /// The messages rung since the last call, and whether some were dropped.
-    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
-        let q = std::mem::take(&mut *self.queue.lock());
-        (q, self.behind.swap(false, Ordering::Relaxed))
-    }
-}
 
 /// How long one Redis call may take before it counts as failed (the journal degrades).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -210,8 +178,8 @@ pub struct Cluster {
     pub raw_cap: Option<usize>,
     /// This process's lease token: fences every run it produces.
     pub lease: String,
-    cmd: ConnectionManager,
-    bus: ConnectionManager,
+    cmd: Conn,
+    bus: Conn,
     pipe: pipe::Pipe,
     bells: DashMap<String, Arc<Bell>>,
     producers: DashMap<String, Weak<Run>>,
@@ -240,37 +208,18 @@ impl Cluster {
         registry: Arc<Registry>,
         metrics: Metrics,
     ) -> redis::RedisResult<Arc<Cluster>> {
-        let client = redis::Client::open(cfg.url.as_str())?;
-        let tuned = || {
-            ConnectionManagerConfig::new()
-                .set_response_timeout(Some(CALL_TIMEOUT))
-                .set_connection_timeout(Some(Duration::from_secs(1)))
-                .set_number_of_retries(2)
-                .set_max_delay(Duration::from_millis(500))
-        };
-        let cmd = ConnectionManager::new_lazy_with_config(client, tuned())?;
-        let info = redis::Client::open(cfg.url.as_str())?
-            .get_connection_info()
-            .clone();
-        let resp3 = info.clone().set_redis_settings(
-            info.redis_settings()
-                .clone()
-                .set_protocol(redis::ProtocolVersion::RESP3),
-        );
+        let cmd = Conn::commands(&cfg)?;
         // The push connection routes doorbells and control messages to this cluster once it
         // exists (nothing is subscribed before).
         let routes: Arc<OnceLock<Weak<Cluster>>> = Arc::new(OnceLock::new());
         let to = routes.clone();
         let push = move |p: PushInfo| -> Result<(), ()> {
             if let Some(c) = to.get().and_then(Weak::upgrade) {
-                route(&c, p);
+                bus::route(&c, p);
             }
             Ok(())
         };
-        let bus = ConnectionManager::new_lazy_with_config(
-            redis::Client::open(resp3)?,
-            tuned().set_push_sender(push).set_automatic_resubscription(),
-        )?;
+        let bus = Conn::pushes(&cfg, push)?;
         let jm = JournalMetrics::new(&metrics);
         let pipe = pipe::Pipe::start(cmd.clone(), jm.clone());
         let cluster = Arc::new(Cluster {
@@ -294,7 +243,12 @@ impl Cluster {
         let _ = routes.set(Arc::downgrade(&cluster));
         tokio::spawn(liveness(Arc::downgrade(&cluster)));
         info!(
-            "shared journal on {} as replica {:?}",
+            "shared journal on {}{} as replica {:?}",
+            if cluster.cfg.cluster {
+                "the Redis Cluster "
+            } else {
+                ""
+            },
             redact(&cluster.cfg.url),
             cluster.cfg.replica_id
         );
@@ -302,7 +256,7 @@ impl Cluster {
     }
 
     /// A command connection (multiplexed; never used for a blocking command).
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.cmd.clone()
     }
 
@@ -340,64 +294,6 @@ impl Cluster {
         format!("tj:{{rep:{id}}}:runs:{lease}")
     }
 
-    /// This replica's control channel.
-    fn ctl_channel(id: &str) -> String {
-        format!("tj:{{rep:{id}}}:ctl")
-    }
-
-    /// Subscribes to `channel` and waits for the acknowledgement; returns its wake-up.
-    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Bell>> {
-        let bell = self
-            .bells
-            .entry(channel.to_string())
-            .or_insert_with(|| Arc::new(Bell::default()))
-            .clone();
-        let mut bus = self.bus.clone();
-        tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
-            .await
-            .map_err(|_| {
-                redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out"))
-            })??;
-        Ok(bell)
-    }
-
-    /// Unsubscribes from `channel`.
-    pub(crate) async fn unsubscribe(&self, channel: &str) {
-        self.bells.remove(channel);
-        let mut bus = self.bus.clone();
-        let _ = tokio::time::timeout(CALL_TIMEOUT, bus.unsubscribe(channel)).await;
-    }
-
-    /// Tells the producing replica of a mirror run to stop it: a durable flag on the run, then
-    /// a message on the producer's control channel. Returns false when `run` is not a mirror
-    /// here (its own producer handles the stop).
-    pub async fn stop_remote(&self, run: &Run, scope: &str, reason: EndReason) -> bool {
-        if !run.is_mirror() {
-            return false;
-        }
-        let keys = RunKeys::new(scope, run.id());
-        let mut c = self.conn();
-        let r: redis::RedisResult<Vec<String>> = tokio::time::timeout(
-            CALL_TIMEOUT,
-            scripts::STOP
-                .key(&keys.m)
-                .arg(reason.as_str())
-                .invoke_async(&mut c),
-        )
-        .await
-        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
-        if let Ok(v) = r {
-            if v.first().map(String::as_str) == Some("live") {
-                if let Some(producer) = v.get(1) {
-                    let msg = format!("{}\n{}", run.id(), reason.as_str());
-                    let _: redis::RedisResult<i64> =
-                        c.publish(Cluster::ctl_channel(producer), msg).await;
-                }
-            }
-        }
-        true
-    }
-
     /// Makes the registry show what the journal knows of the chat at `scope`: its current run,
     /// and run `run_id` when given (mirrors built as needed). Quiet when Redis is down.
     pub async fn sync_chat(self: &Arc<Self>, scope: &str, owner: Owner, run_id: Option<&str>) {
@@ -421,46 +317,11 @@ impl Cluster {
     }
 }
 
-/// The URL without its password, for logs.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+/// The URL (or the comma-separated seed URLs) without passwords, for logs.
+fn redact(urls: &str) -> String {
+    let one = |url: &str| match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
         _ => url.to_string(),
-    }
-}
-
-/// Routes a push where it arrives, in the push connection's own task (no hop through a channel
-/// and a dispatcher task): a doorbell rings its follower's bell; a control message stops a run
-/// produced here. Nothing here waits.
-fn route(c: &Cluster, push: PushInfo) {
-    if push.kind != PushKind::Message {
-        if push.kind == PushKind::Disconnection {
-            // Wake every follower: it reads the stream (nothing is lost, only delayed).
-            c.bells.iter().for_each(|b| b.ring(None));
-        }
-        return;
-    }
-    let mut data = push.data.into_iter();
-    let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) = (data.next(), data.next())
-    else {
-        return;
     };
-    let ch = String::from_utf8_lossy(&ch);
-    let msg = Bytes::from(msg);
-    if let Some(bell) = c.bells.get(ch.as_ref()) {
-        bell.ring(Some(msg.clone()));
-    }
-    if ch.ends_with(":ctl") && ch == Cluster::ctl_channel(&c.cfg.replica_id) {
-        let msg = String::from_utf8_lossy(&msg);
-        let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
-        let reason = EndReason::ALL
-            .iter()
-            .copied()
-            .find(|r| r.as_str() == reason)
-            .unwrap_or(EndReason::Cancelled);
-        if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
-            info!("run {run_id}: stop requested through another replica");
-            run.request_stop(reason);
-        }
-    }
+    urls.split(',').map(one).collect::<Vec<_>>().join(",")
 }

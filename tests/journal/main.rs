@@ -1,25 +1,35 @@
 //! The shared journal end to end: two tether replicas on one redis-server of the test's own.
 //! A run recorded on replica A is attached, resumed, looked up and stopped through replica B.
+//! The scenarios that exercise the topology (attach, stop, a killed producer) run on a Redis
+//! Cluster too ([`cluster`]).
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod binary;
+mod cluster;
 mod dialects;
 
+use binary::Binary;
 use serde_json::{json, Value};
 use support::*;
+
+/// The `[journal]` table of replica `id` on `redis`: a one-second lease, 100 ms polls.
+pub(crate) fn journal_table(redis: &impl JournalRedis, id: &str) -> String {
+    format!(
+        "[journal]\n{}replica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n",
+        redis.journal_toml()
+    )
+}
 
 /// A replica named `id` in front of `upstream`, journaling to `redis`.
 pub(crate) async fn replica(
     upstream: std::net::SocketAddr,
-    redis: &RedisServer,
+    redis: &impl JournalRedis,
     id: &str,
     extra: &str,
 ) -> Sidecar {
-    let toml = format!(
-        "[journal]\nurl = \"{}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n{extra}",
-        redis.url()
-    );
+    let toml = format!("{}{extra}", journal_table(redis, id));
     sidecar(upstream, &toml).await
 }
 
@@ -47,11 +57,17 @@ fn ends(frames: &[Frame]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attach_on_the_other_replica_mid_run_gets_snapshot_live_tail_and_one_end() {
-    let redis = RedisServer::start();
+    attach_mid_run(&RedisServer::start()).await;
+}
+
+/// Attach on B mid-run: a snapshot, the live tail, one end; B follows through its subscription
+/// to the run's doorbell, both replicas listen on their control channels, and both report the
+/// journal ready.
+pub(crate) async fn attach_mid_run(redis: &impl JournalRedis) {
     let gate = Gate::default();
     let be = turn_backend(turn(10), Some((5, gate.clone()))).await;
-    let a = replica(be.addr, &redis, "a", "").await;
-    let b = replica(be.addr, &redis, "b", "").await;
+    let a = replica(be.addr, redis, "a", "").await;
+    let b = replica(be.addr, redis, "b", "").await;
     let (run, _origin) = start_run(&a, "c", 5).await;
     known(&b, "c").await;
     let mut r = post(b.addr, "/chat/live", &chat("c")).await;
@@ -59,6 +75,18 @@ async fn attach_on_the_other_replica_mid_run_gets_snapshot_live_tail_and_one_end
     let snap = r.frame().await.unwrap();
     assert_eq!(snap.ty(), "STREAM_SNAPSHOT");
     assert_eq!(snap.json["run_id"], json!(run));
+    eventually(
+        "the doorbell and both control channels are subscribed",
+        || {
+            let channels = redis.channels("tj:*");
+            let bell = format!("r:{run}:n");
+            channels.iter().any(|c| c.ends_with(&bell))
+                && ["a", "b"]
+                    .iter()
+                    .all(|id| channels.contains(&format!("tj:{{rep:{id}}}:ctl")))
+        },
+    )
+    .await;
     gate.open();
     let rest = within("B's stream ends", r.frames_to_end()).await;
     let mut state = Reduced::default();
@@ -77,6 +105,12 @@ async fn attach_on_the_other_replica_mid_run_gets_snapshot_live_tail_and_one_end
         b.metric("tether_journal_followers").await == 0.0
     })
     .await;
+    for replica in [&a, &b] {
+        let mut r = request(replica.admin, "GET", "/readyz", &[], b"").await;
+        assert_eq!(r.status, 200);
+        assert_eq!(&r.body_to_end().await[..], b"ready\njournal: ok\n");
+        assert_eq!(replica.metric("tether_journal_degraded").await, 0.0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,11 +202,15 @@ async fn completed_runs_answer_on_the_other_replica_as_on_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_through_the_other_replica_reaches_the_producer() {
-    let redis = RedisServer::start();
+    stop_through_the_other_replica(&RedisServer::start()).await;
+}
+
+/// A stop through B: the durable flag and a message on A's control channel stop A's run.
+pub(crate) async fn stop_through_the_other_replica(redis: &impl JournalRedis) {
     let gate = Gate::default();
     let be = turn_backend(turn(10), Some((3, gate.clone()))).await;
-    let a = replica(be.addr, &redis, "a", "").await;
-    let b = replica(be.addr, &redis, "b", "").await;
+    let a = replica(be.addr, redis, "a", "").await;
+    let b = replica(be.addr, redis, "b", "").await;
     let (run, mut origin) = start_run(&a, "c", 3).await;
     known(&b, "c").await;
     let mut r = post(b.addr, "/chat/stop", &json!({"chat_id": "c"})).await;
@@ -296,69 +334,18 @@ async fn redis_restarted_mid_run_keeps_the_local_stream_whole_and_ends_the_follo
     assert_eq!(post(b.addr, "/chat/live", &chat("c")).await.status, 204);
 }
 
-/// A tether binary replica, killed (SIGKILL, by its PID) when dropped.
-struct Binary {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-    conf: std::path::PathBuf,
-}
-
-impl Binary {
-    /// Starts `target/debug/tether` in front of `upstream` as replica `id`, journaling to `redis`
-    /// with a one-second lease; ready once it prints its address.
-    fn start(upstream: std::net::SocketAddr, redis: &RedisServer, id: &str) -> Binary {
-        use std::io::BufRead;
-        let conf = std::env::temp_dir().join(format!(
-            "tether-journal-{}-{}-{id}.toml",
-            std::process::id(),
-            redis.port
-        ));
-        let toml = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n\
-             [journal]\nurl = \"{}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n",
-            redis.url()
-        );
-        std::fs::write(&conf, toml).unwrap();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
-            .arg("--config")
-            .arg(&conf)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        Binary { child, addr, conf }
-    }
-
-    /// SIGKILL by PID, and reaps the process.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Binary {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_file(&self.conf);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_producer_replica_has_its_runs_ended_owner_lost_within_one_and_a_half_leases() {
-    let redis = RedisServer::start();
+    killed_producer(&RedisServer::start()).await;
+}
+
+/// SIGKILL of the producing replica (the binary): B's follower ends the watched run and B's
+/// reaper the unwatched one `owner_lost`, within 1.5x the lease.
+pub(crate) async fn killed_producer(redis: &impl JournalRedis) {
     let gate = Gate::default();
     let be = turn_backend(turn(10), Some((3, gate.clone()))).await;
-    let mut a = Binary::start(be.addr, &redis, "a");
-    let b = replica(be.addr, &redis, "b", "").await;
+    let mut a = Binary::start(be.addr, redis, "a");
+    let b = replica(be.addr, redis, "b", "").await;
     // Two runs on A: "c" is watched from B, "d" by nobody (the replica-wide reaper ends it).
     let mut watched = post(a.addr, "/chat", &chat("c")).await;
     frames_upto(&mut watched, 3).await;
@@ -367,7 +354,7 @@ async fn a_killed_producer_replica_has_its_runs_ended_owner_lost_within_one_and_
     known(&b, "c").await;
     // "d" reaches Redis asynchronously too (looked at directly: a lookup through B follows it).
     eventually("both runs are journaled", || {
-        redis.query::<Vec<String>>(&["KEYS", "tj:*:r:*:m"]).len() == 2
+        redis.keys("tj:*:r:*:m").len() == 2
     })
     .await;
     let mut r = post(b.addr, "/chat/live", &chat("c")).await;

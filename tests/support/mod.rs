@@ -24,7 +24,7 @@ pub use backend::{
 };
 pub use client::{close_with_rst, parse_head, post, request, Head, Resp};
 pub use frames::{parse_frame, Frame, Reduced};
-pub use redis::RedisServer;
+pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use sidecar::{demo_sidecar, sidecar, Sidecar};
 
 pub use tether::auth::Owner;

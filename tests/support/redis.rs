@@ -1,9 +1,12 @@
 //! A `redis-server` of a test's own: a free port, no persistence (`--save '' --appendonly no`),
 //! ready once it answers `PING`, stopped by its PID when dropped. It can be killed (SIGKILL)
-//! and restarted empty on the same port mid-test.
+//! and restarted empty on the same port mid-test. A Redis Cluster of a test's own: three such
+//! servers as masters with the slots split evenly, ready once every node reports
+//! `cluster_state:ok`. [`JournalRedis`] lets a test run on either.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -11,6 +14,8 @@ use std::time::Duration;
 pub struct RedisServer {
     pub port: u16,
     child: Option<Child>,
+    /// Arguments besides the port, the address and no persistence.
+    args: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -30,9 +35,14 @@ fn pong(port: u16) -> bool {
 impl RedisServer {
     /// Starts redis-server on a free port and waits until it answers.
     pub fn start() -> Self {
+        Self::with_args(free_port(), Vec::new())
+    }
+
+    fn with_args(port: u16, args: Vec<String>) -> Self {
         let mut r = RedisServer {
-            port: free_port(),
+            port,
             child: None,
+            args,
         };
         r.restart();
         r
@@ -48,6 +58,7 @@ impl RedisServer {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -85,5 +96,129 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The Redis a test's replicas journal to: one server or a cluster.
+pub trait JournalRedis {
+    /// The `[journal]` lines that name it (`url`, and `cluster` for a cluster).
+    fn journal_toml(&self) -> String;
+    /// The keys matching `pattern`, on every node.
+    fn keys(&self, pattern: &str) -> Vec<String>;
+    /// The pub/sub channels matching `pattern` someone listens on (sharded ones in a cluster).
+    fn channels(&self, pattern: &str) -> Vec<String>;
+    /// Its (first) port, unique among the running tests.
+    fn first_port(&self) -> u16;
+}
+
+impl JournalRedis for RedisServer {
+    fn journal_toml(&self) -> String {
+        format!("url = \"{}\"\n", self.url())
+    }
+
+    fn keys(&self, pattern: &str) -> Vec<String> {
+        self.query(&["KEYS", pattern])
+    }
+
+    fn channels(&self, pattern: &str) -> Vec<String> {
+        self.query(&["PUBSUB", "CHANNELS", pattern])
+    }
+
+    fn first_port(&self) -> u16 {
+        self.port
+    }
+}
+
+/// A Redis Cluster of three masters (no replicas), each on a free port with a free cluster bus
+/// port (`--cluster-port`, as port + 10000 may be taken or out of range); its node files live
+/// in a directory of its own, removed when it is dropped (after its servers are stopped).
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts three nodes, gives each a third of the slots, introduces them (`CLUSTER MEET`) and
+    /// waits until every node reports `cluster_state:ok` (a master reports it about two seconds
+    /// after its start, once it knows every slot is served).
+    pub fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!(
+            "tether-cluster-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                let conf = dir.join(format!("nodes-{port}.conf"));
+                let args = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    conf.to_str().unwrap(),
+                    "--cluster-port",
+                    &free_port().to_string(),
+                ];
+                RedisServer::with_args(port, args.iter().map(|a| a.to_string()).collect())
+            })
+            .collect();
+        let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (node, (from, to)) in nodes.iter().zip(ranges) {
+            node.query::<()>(&[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &from.to_string(),
+                &to.to_string(),
+            ]);
+        }
+        for node in &nodes[1..] {
+            let port = node.port.to_string();
+            nodes[0].query::<()>(&["CLUSTER", "MEET", "127.0.0.1", &port, &bus_port(node)]);
+        }
+        let c = RedisCluster { nodes, dir };
+        let mut tries = 0;
+        while !c.nodes.iter().all(|n| {
+            n.query::<String>(&["CLUSTER", "INFO"])
+                .contains("cluster_state:ok")
+        }) {
+            tries += 1;
+            assert!(tries < 1000, "the cluster did not become ready");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        c
+    }
+}
+
+/// A node's cluster bus port, as it reports it.
+fn bus_port(node: &RedisServer) -> String {
+    let kv: Vec<String> = node.query(&["CONFIG", "GET", "cluster-port"]);
+    kv[1].clone()
+}
+
+impl JournalRedis for RedisCluster {
+    fn journal_toml(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        format!("cluster = true\nurl = \"{}\"\n", seeds.join(","))
+    }
+
+    fn keys(&self, pattern: &str) -> Vec<String> {
+        self.nodes.iter().flat_map(|n| n.keys(pattern)).collect()
+    }
+
+    fn channels(&self, pattern: &str) -> Vec<String> {
+        let on = |n: &RedisServer| n.query::<Vec<String>>(&["PUBSUB", "SHARDCHANNELS", pattern]);
+        self.nodes.iter().flat_map(on).collect()
+    }
+
+    fn first_port(&self) -> u16 {
+        self.nodes[0].port
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.iter_mut().for_each(RedisServer::kill);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

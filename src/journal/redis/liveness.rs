@@ -9,10 +9,9 @@
 use std::sync::Weak;
 
 use log::info;
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use super::{codec, scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{codec, scripts, Cluster, Conn, RunKeys, CALL_TIMEOUT};
 use crate::journal::{End, EndReason};
 
 /// The set naming every replica life (`<id>\n<lease>`) that may have live runs.
@@ -45,7 +44,7 @@ async fn timed<T>(
 
 /// Whether the replica `producer` still holds lease `lease` (its liveness key says so).
 pub(crate) async fn owner_alive(
-    conn: &mut ConnectionManager,
+    conn: &mut Conn,
     producer: &str,
     lease: &str,
 ) -> redis::RedisResult<bool> {
@@ -59,7 +58,7 @@ impl Cluster {
     }
 
     /// Writes this replica's liveness and lists its life for the reaper.
-    async fn touch_alive(&self, conn: &mut ConnectionManager) -> redis::RedisResult<()> {
+    async fn touch_alive(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let id = &self.cfg.replica_id;
         let lease_ms = self.cfg.lease.as_millis() as u64;
         timed(
@@ -143,7 +142,7 @@ impl Cluster {
     /// wrote the end (the first end wins).
     pub(super) async fn end_lost(
         &self,
-        conn: &mut ConnectionManager,
+        conn: &mut Conn,
         keys: &RunKeys,
         run: &str,
         producer: &str,
@@ -162,6 +161,7 @@ impl Cluster {
                 .arg(&keys.bell)
                 .arg(run)
                 .arg("0")
+                .arg(self.publish_command())
                 .invoke_async(conn),
         )
         .await?;

@@ -7,11 +7,10 @@
 
 use std::task::Poll;
 
-use redis::aio::ConnectionManager;
 use redis::{Cmd, Pipeline, RedisResult, Script, ToRedisArgs, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::JournalMetrics;
+use super::{Conn, JournalMetrics};
 
 /// Pipelined round trips on the wire at once.
 const IN_FLIGHT: usize = 4;
@@ -68,7 +67,7 @@ pub(crate) struct Pipe(mpsc::UnboundedSender<Call>);
 
 impl Pipe {
     /// Starts the flusher on `conn`.
-    pub(crate) fn start(conn: ConnectionManager, jm: JournalMetrics) -> Pipe {
+    pub(crate) fn start(conn: Conn, jm: JournalMetrics) -> Pipe {
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(flusher(conn, rx, jm));
         Pipe(tx)
@@ -94,11 +93,7 @@ type Flush = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Gathers the pending calls into flushes and drives up to [`IN_FLIGHT`] of them itself (no
 /// task per flush: one scheduling hop less on the way back to the writers).
-async fn flusher(
-    conn: ConnectionManager,
-    mut rx: mpsc::UnboundedReceiver<Call>,
-    jm: JournalMetrics,
-) {
+async fn flusher(conn: Conn, mut rx: mpsc::UnboundedReceiver<Call>, jm: JournalMetrics) {
     let mut flights: Vec<Flush> = Vec::with_capacity(IN_FLIGHT);
     loop {
         let first = std::future::poll_fn(|cx| {
@@ -130,7 +125,7 @@ async fn flusher(
 
 /// Sends `batch` as one pipeline; calls whose script Redis does not know are sent again after
 /// loading it.
-async fn flush(mut conn: ConnectionManager, batch: Vec<Call>) {
+async fn flush(mut conn: Conn, batch: Vec<Call>) {
     let mut pipe = Pipeline::with_capacity(batch.len());
     pipe.ignore_errors();
     for c in &batch {

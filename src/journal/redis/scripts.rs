@@ -1,7 +1,9 @@
 //! The Lua scripts behind every state change of a run in Redis. Each takes all its keys in
 //! `KEYS`, all under one chat's hash tag, validates everything before its first write (Redis
 //! does not roll a script back), and compares the producer's lease token (fencing). The first
-//! end written wins.
+//! end written wins. A script that rings a doorbell takes the publish command last (`PUBLISH`,
+//! or `SPUBLISH` in a Redis Cluster: the doorbell shares its run's hash tag, so the script
+//! stays on one slot).
 //!
 //! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
 //! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`.
@@ -16,7 +18,8 @@ use redis::Script;
 ///
 /// KEYS: chat, m, s, k, prev m, prev s. ARGV: mode (`live`|`rebase`), run, expected previous
 /// run (`""`: none), lease, producer, win, scope, ttl ms, seq, checkpoint (`""`: none),
-/// superseded end JSON for the previous run, previous run's doorbell, header, extra.
+/// superseded end JSON for the previous run, previous run's doorbell, header, extra, publish
+/// command.
 pub static UPSERT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -36,7 +39,7 @@ if cur and cur ~= run and redis.call('HGET', pm, 'state') == 'live' then
   local ph = redis.call('HGET', pm, 'head') or '0'
   redis.call('XADD', ps, ph .. '-1', 'end', ARGV[11])
   redis.call('HSET', pm, 'state', 'ended', 'end', ARGV[11], 'end_seq', ph)
-  redis.call('PUBLISH', ARGV[12], 'end')
+  redis.call(ARGV[15], ARGV[12], 'end')
 end
 redis.call('HSET', m, 'state', 'live', 'run', run, 'lease', lease, 'producer', ARGV[5],
   'win', ARGV[6], 'scope', ARGV[7], 'head', seq, 'producing', '1', 'header', ARGV[13],
@@ -60,7 +63,7 @@ return {'ok'}
 /// applies it without reading the stream. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`,
 /// `missing` without writing.
 ///
-/// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell.
+/// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell, publish command.
 pub static APPEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -75,7 +78,7 @@ if head >= last then return {'dup', st[4] or ''} end
 if head ~= first - 1 then return {'gap'} end
 redis.call('XADD', s, 'MINID', '~', ARGV[5], last .. '-0', 'f', first, 'd', ARGV[4])
 redis.call('HSET', m, 'head', last)
-redis.call('PUBLISH', ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+redis.call(ARGV[7], ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 return {'ok', st[4] or ''}
 "#,
     )
@@ -104,7 +107,8 @@ return {'ok'}
 /// saw, so a producer that re-based meanwhile is not reaped. Sets every key to expire after the
 /// retention, the chat's too when it points at this run.
 ///
-/// KEYS: chat, m, s, k. ARGV: lease, end JSON, retention ms, doorbell, run, producing (`0`|`1`).
+/// KEYS: chat, m, s, k. ARGV: lease, end JSON, retention ms, doorbell, run, producing (`0`|`1`),
+/// publish command.
 pub static END: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -119,7 +123,7 @@ redis.call('HSET', m, 'state', 'ended', 'end', ARGV[2], 'end_seq', head, 'produc
 local ret = tonumber(ARGV[3])
 for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ret) end
 if redis.call('HGET', chat, 'run') == ARGV[5] then redis.call('PEXPIRE', chat, ret) end
-redis.call('PUBLISH', ARGV[4], 'end')
+redis.call(ARGV[7], ARGV[4], 'end')
 return {'ok', ARGV[2], head}
 "#,
     )

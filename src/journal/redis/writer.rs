@@ -228,7 +228,8 @@ impl Writer {
                     .arg(last)
                     .arg(&data[..])
                     .arg(minid)
-                    .arg(&self.keys.bell),
+                    .arg(&self.keys.bell)
+                    .arg(self.cluster.publish_command()),
             )
             .await;
         let Ok(v) = r else {

@@ -106,7 +106,8 @@ impl Writer {
                 .arg(self.cluster.retention.as_millis() as u64)
                 .arg(&self.keys.bell)
                 .arg(self.run.id())
-                .arg(if self.run.is_producing() { "1" } else { "0" }),
+                .arg(if self.run.is_producing() { "1" } else { "0" })
+                .arg(self.cluster.publish_command()),
         )
         .await
     }

@@ -99,7 +99,8 @@ impl Writer {
                         .arg(superseded)
                         .arg(&pk.bell)
                         .arg(&self.meta.header)
-                        .arg(""),
+                        .arg("")
+                        .arg(c.publish_command()),
                 )
                 .await;
             let Ok(v) = r else {

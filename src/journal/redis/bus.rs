@@ -1,0 +1,164 @@
+//! The journal's pub/sub side: doorbells (a follower's wake-up, carrying the entry just
+//! appended) and control messages (a stop asked through another replica), on the push
+//! connection. Plain pub/sub on one server, sharded pub/sub in a cluster (each channel under
+//! the hash tag of the keys it belongs to, so a script publishes on its own slot).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use log::info;
+use parking_lot::Mutex;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::Notify;
+
+use super::{scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use crate::journal::EndReason;
+use crate::run::Run;
+
+/// Doorbell messages a follower may have waiting before it reads the stream instead.
+const BELL_QUEUE: usize = 256;
+
+/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
+#[derive(Default)]
+pub(crate) struct Bell {
+    pub(crate) notify: Notify,
+    queue: Mutex<Vec<Bytes>>,
+    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
+    behind: AtomicBool,
+}
+
+impl Bell {
+    fn ring(&self, msg: Option<Bytes>) {
+        {
+            let mut q = self.queue.lock();
+            match msg {
+                Some(m) if q.len() < BELL_QUEUE => q.push(m),
+                _ => {
+                    q.clear();
+                    self.behind.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// The messages rung since the last call, and whether some were dropped.
+    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
+        let q = std::mem::take(&mut *self.queue.lock());
+        (q, self.behind.swap(false, Ordering::Relaxed))
+    }
+}
+
+impl Cluster {
+    /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a
+    /// cluster): their last argument.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        self.bus.publish_command()
+    }
+
+    /// This replica's control channel.
+    pub(super) fn ctl_channel(id: &str) -> String {
+        format!("tj:{{rep:{id}}}:ctl")
+    }
+
+    /// Subscribes to `channel` and waits for the acknowledgement; returns its wake-up.
+    pub(crate) async fn subscribe(&self, channel: &str) -> redis::RedisResult<Arc<Bell>> {
+        let bell = self
+            .bells
+            .entry(channel.to_string())
+            .or_insert_with(|| Arc::new(Bell::default()))
+            .clone();
+        let mut bus = self.bus.clone();
+        tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
+            .await
+            .map_err(|_| {
+                redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out"))
+            })??;
+        Ok(bell)
+    }
+
+    /// Unsubscribes from `channel`.
+    pub(crate) async fn unsubscribe(&self, channel: &str) {
+        self.bells.remove(channel);
+        let mut bus = self.bus.clone();
+        let _ = tokio::time::timeout(CALL_TIMEOUT, bus.unsubscribe(channel)).await;
+    }
+
+    /// Tells the producing replica of a mirror run to stop it: a durable flag on the run, then
+    /// a message on the producer's control channel. Returns false when `run` is not a mirror
+    /// here (its own producer handles the stop).
+    pub async fn stop_remote(&self, run: &Run, scope: &str, reason: EndReason) -> bool {
+        if !run.is_mirror() {
+            return false;
+        }
+        let keys = RunKeys::new(scope, run.id());
+        let mut c = self.conn();
+        let r: redis::RedisResult<Vec<String>> = tokio::time::timeout(
+            CALL_TIMEOUT,
+            scripts::STOP
+                .key(&keys.m)
+                .arg(reason.as_str())
+                .invoke_async(&mut c),
+        )
+        .await
+        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
+        if let Ok(v) = r {
+            if v.first().map(String::as_str) == Some("live") {
+                if let Some(producer) = v.get(1) {
+                    let msg = format!("{}\n{}", run.id(), reason.as_str());
+                    let _ = c.publish(&Cluster::ctl_channel(producer), &msg).await;
+                }
+            }
+        }
+        true
+    }
+}
+
+/// Routes a push where it arrives, in the push connection's own task (no hop through a channel
+/// and a dispatcher task): a doorbell rings its follower's bell; a control message stops a run
+/// produced here. Nothing here waits.
+pub(super) fn route(c: &Cluster, push: PushInfo) {
+    let mut data = push.data.into_iter();
+    match push.kind {
+        PushKind::Message | PushKind::SMessage => {}
+        PushKind::Disconnection => {
+            // Wake every follower: it reads the stream (nothing is lost, only delayed).
+            c.bells.iter().for_each(|b| b.ring(None));
+            return;
+        }
+        PushKind::SUnsubscribe => {
+            // A cluster unsubscribes a shard channel whose slot moved (the client subscribes it
+            // again after its topology refresh): its follower reads the stream meanwhile.
+            if let Some(Value::BulkString(ch)) = data.next() {
+                if let Some(bell) = c.bells.get(String::from_utf8_lossy(&ch).as_ref()) {
+                    bell.ring(None);
+                }
+            }
+            return;
+        }
+        _ => return,
+    }
+    let (Some(Value::BulkString(ch)), Some(Value::BulkString(msg))) = (data.next(), data.next())
+    else {
+        return;
+    };
+    let ch = String::from_utf8_lossy(&ch);
+    let msg = Bytes::from(msg);
+    if let Some(bell) = c.bells.get(ch.as_ref()) {
+        bell.ring(Some(msg.clone()));
+    }
+    if ch.ends_with(":ctl") && ch == Cluster::ctl_channel(&c.cfg.replica_id) {
+        let msg = String::from_utf8_lossy(&msg);
+        let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
+        let reason = EndReason::ALL
+            .iter()
+            .copied()
+            .find(|r| r.as_str() == reason)
+            .unwrap_or(EndReason::Cancelled);
+        if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
+            info!("run {run_id}: stop requested through another replica");
+            run.request_stop(reason);
+        }
+    }
+}
