@@ -3,6 +3,7 @@
 //! relayed, and the rule for which answers are recorded. The producer is in [`producer`].
 
 pub mod producer;
+pub mod wire;
 
 use std::time::Duration;
 
