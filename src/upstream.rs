@@ -2,6 +2,7 @@
 //! (hop-by-hop headers dropped, `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as
 //! relayed, and the rule for which answers are recorded. The producer is in [`producer`].
 
+pub mod exchange;
 pub mod producer;
 pub mod wire;
 
