@@ -1,17 +1,20 @@
-//! The backend client: Pingora's HTTP connector with explicit timeouts, the request as forwarded
-//! (hop-by-hop headers dropped, `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as
-//! relayed, and the rule for which answers are recorded. The producer is in [`producer`].
+//! The backend client: Pingora's connection pool with tether's own HTTP/1.1 exchange on top
+//! ([`exchange`], [`wire`]), the request as forwarded (hop-by-hop headers dropped,
+//! `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as relayed, and the rule for
+//! which answers are recorded. The producer is in [`producer`].
 
+pub mod exchange;
 pub mod producer;
+pub mod wire;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use pingora_core::connectors::http::Connector;
-use pingora_core::protocols::http::client::HttpSession;
+use pingora_core::connectors::TransportConnector;
 use pingora_core::upstreams::peer::{HttpPeer, Peer};
-use pingora_core::ErrorType;
 use pingora_http::{RequestHeader, ResponseHeader};
+
+pub use exchange::Exchange;
 
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -32,21 +35,6 @@ const HOP_BY_HOP: [&str; 9] = [
     "transfer-encoding",
     "upgrade",
 ];
-
-/// The metric kind of a Pingora error on the upstream side.
-pub(crate) fn kind_of(e: &pingora_core::Error, connecting: bool) -> UpstreamErrorKind {
-    match e.etype() {
-        ErrorType::ConnectTimedout if connecting => UpstreamErrorKind::Connect,
-        ErrorType::ReadTimedout | ErrorType::WriteTimedout | ErrorType::ConnectTimedout => {
-            UpstreamErrorKind::Timeout
-        }
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => {
-            UpstreamErrorKind::Protocol
-        }
-        _ if connecting => UpstreamErrorKind::Connect,
-        _ => UpstreamErrorKind::Reset,
-    }
-}
 
 /// The hop-by-hop headers of a message with these headers: the fixed list, and the headers its
 /// `Connection` header names (lower case).
@@ -80,7 +68,7 @@ pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
 
 /// The backend: a connection pool and the peer it connects to.
 pub struct Upstream {
-    connector: Connector,
+    connector: TransportConnector,
     peer: HttpPeer,
     opts: config::Upstream,
 }
@@ -91,10 +79,11 @@ impl Upstream {
         let mut peer = HttpPeer::new(addr, false, String::new());
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
         peer.options.idle_timeout = Some(POOL_IDLE);
+        // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.
         peer.options.read_timeout = Some(opts.idle_timeout.0);
         peer.options.write_timeout = Some(opts.write_timeout.0);
         Upstream {
-            connector: Connector::new(None),
+            connector: TransportConnector::new(None),
             peer,
             opts,
         }
@@ -110,67 +99,50 @@ impl Upstream {
         Box::new(self.peer.clone())
     }
 
-    /// Sends `req` with `body` and reads the response header. A pooled connection that fails
-    /// before the header is retried once on a fresh one.
+    /// Sends `req` with `body` and reads the response head. A pooled connection that fails
+    /// before the backend sent anything (it closed the idle connection meanwhile) is retried
+    /// once on a fresh one; a timeout or a garbled answer is not (the backend may have taken the
+    /// request).
     pub async fn open(
         &self,
         req: &RequestHeader,
         body: &Bytes,
         run_id: Option<&str>,
-    ) -> Result<HttpSession, UpstreamError> {
-        let header = outgoing(req, body.len(), run_id).map_err(|e| UpstreamError {
+    ) -> Result<Exchange, UpstreamError> {
+        let refused = |e: String| UpstreamError {
             kind: UpstreamErrorKind::Protocol,
             message: format!("cannot build the upstream request: {e}"),
-        })?;
-        let mut attempt = 0;
+        };
+        let header = outgoing(req, body.len(), run_id).map_err(|e| refused(e.to_string()))?;
+        let head = wire::request_head(&header).map_err(|e| refused(e.to_string()))?;
+        let limits = exchange::Limits {
+            write: self.opts.write_timeout.0,
+            head: self.opts.idle_timeout.0,
+        };
+        let mut retried = false;
         loop {
-            attempt += 1;
-            let (mut s, reused) =
+            let (stream, reused) =
                 self.connector
-                    .get_http_session(&self.peer)
+                    .get_stream(&self.peer)
                     .await
                     .map_err(|e| UpstreamError {
-                        kind: kind_of(&e, true),
+                        kind: UpstreamErrorKind::Connect,
                         message: format!("cannot connect to {}: {e}", self.peer.address()),
                     })?;
-            s.set_read_timeout(Some(self.opts.idle_timeout.0));
-            s.set_write_timeout(Some(self.opts.write_timeout.0));
-            match exchange(&mut s, header.clone(), body.clone()).await {
-                Ok(()) => return Ok(s),
-                Err(_) if reused && attempt == 1 => continue,
-                Err(e) => {
-                    return Err(UpstreamError {
-                        kind: kind_of(&e, false),
-                        message: format!("upstream request failed: {e}"),
-                    })
-                }
+            match Exchange::start(stream, &head, body, &header.method, limits).await {
+                Ok(x) => return Ok(x),
+                Err(f) if f.retry && reused && !retried => retried = true,
+                Err(f) => return Err(f.error),
             }
         }
     }
 
-    /// Returns a session whose response was read to its end to the pool.
-    pub async fn release(&self, s: HttpSession) {
-        self.connector
-            .release_http_session(s, &self.peer, self.peer.idle_timeout())
-            .await;
-    }
-}
-
-async fn exchange(
-    s: &mut HttpSession,
-    header: RequestHeader,
-    body: Bytes,
-) -> pingora_core::Result<()> {
-    s.write_request_header(Box::new(header)).await?;
-    if !body.is_empty() {
-        s.write_request_body(body, true).await?;
-    }
-    s.finish_request_body().await?;
-    loop {
-        s.read_response_header().await?;
-        match s.response_header() {
-            Some(h) if h.status.is_informational() => continue,
-            _ => return Ok(()),
+    /// Returns the connection of an exchange to the pool when it can carry another request
+    /// (see [`Exchange::into_reusable`]); otherwise it is closed.
+    pub fn release(&self, x: Exchange) {
+        if let Some(stream) = x.into_reusable() {
+            self.connector
+                .release_stream(stream, self.peer.reuse_hash(), self.peer.idle_timeout());
         }
     }
 }

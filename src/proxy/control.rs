@@ -22,6 +22,7 @@ use crate::journal::EndReason;
 use crate::request::{self, Parts};
 use crate::run::Run;
 use crate::sse::SseEvent;
+use crate::stall::Stall;
 
 /// What a stop names: the run, the id the client named it by, the chat's scope when known, and
 /// the cancel request id.
@@ -205,8 +206,9 @@ impl Sidecar {
         tokio::spawn(async move {
             match upstream.open(&req, &body, None).await {
                 Ok(mut up) => {
-                    while let Ok(Some(_)) = up.read_response_body().await {}
-                    upstream.release(up).await;
+                    let mut idle = Stall::new(upstream.idle_timeout());
+                    while let Ok(Ok(Some(_))) = idle.run(up.next()).await {}
+                    upstream.release(up);
                 }
                 Err(e) => {
                     metrics.upstream_errors.inc(e.kind);

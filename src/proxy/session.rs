@@ -8,7 +8,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use log::debug;
-use pingora_core::protocols::http::client::HttpSession;
 use pingora_core::Result;
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
@@ -19,7 +18,7 @@ use crate::observer::{self, Sink, Start};
 use crate::run::{ObserverGuard, Run};
 use crate::stall::Stall;
 use crate::upstream::producer::TeeReader;
-use crate::upstream::{relayed, Upstream};
+use crate::upstream::{relayed, Exchange, Upstream};
 
 /// How a handled request ended, for the adapter. Errors are [`ApiError`]s beside it.
 pub(crate) enum Reply {
@@ -272,8 +271,8 @@ impl Sink for SessionSink<'_> {
 
 /// Where a relayed body comes from.
 pub(crate) enum Source {
-    /// An upstream connection whose body is unread.
-    Upstream(Box<HttpSession>),
+    /// An upstream exchange whose body is unread, and how long the backend may stay silent.
+    Upstream(Box<Exchange>, Stall),
     /// A legacy requester's copy of a recorded run's upstream bytes.
     Tee(TeeReader),
 }
@@ -282,7 +281,10 @@ impl Source {
     /// The next chunk; `Ok(None)` at a clean end; `Err(())` when the body was cut.
     async fn next(&mut self) -> std::result::Result<Option<Bytes>, ()> {
         match self {
-            Source::Upstream(s) => s.read_response_body().await.map_err(|_| ()),
+            Source::Upstream(s, idle) => match idle.run(s.next()).await {
+                Ok(Ok(chunk)) => Ok(chunk),
+                _ => Err(()),
+            },
             Source::Tee(t) => t.next().await,
         }
     }
@@ -344,12 +346,12 @@ pub(crate) async fn relay_upstream(
     session: &mut Session,
     upstream: &Upstream,
     header: ResponseHeader,
-    s: Box<HttpSession>,
+    s: Box<Exchange>,
 ) -> Reply {
-    let mut source = Source::Upstream(s);
+    let mut source = Source::Upstream(s, Stall::new(upstream.idle_timeout()));
     let reply = relay(session, header, &mut source, None).await;
-    if let (Reply::Done, Source::Upstream(s)) = (&reply, source) {
-        upstream.release(*s).await;
+    if let (Reply::Done, Source::Upstream(s, _)) = (&reply, source) {
+        upstream.release(*s);
     }
     reply
 }
@@ -368,9 +370,7 @@ pub(crate) async fn forward_unrecorded(
             return Err(unreachable());
         }
     };
-    let Some(header) = up.response_header().cloned() else {
-        return Err(unreachable());
-    };
+    let header = up.header().clone();
     let status = header.status.as_u16();
     Ok((
         status,

@@ -1,8 +1,8 @@
 //! The producer: the detached task that sends a recorded request upstream and reads the answer
 //! to its end, whatever the observers do.
 //!
-//! The task owns its upstream connection (Pingora's HTTP connector, read and write timeouts set
-//! explicitly), so a client leaving never reaches the backend. It reports the upstream's answer
+//! The task owns its upstream exchange (see [`super::exchange`]), so a client leaving never
+//! reaches the backend. It reports the upstream's answer
 //! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
 //! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
 //! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
@@ -13,12 +13,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use log::{info, warn};
-use pingora_core::protocols::http::client::HttpSession;
 use pingora_http::{RequestHeader, ResponseHeader};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
-use super::{is_recordable, kind_of, Upstream};
+use super::{is_recordable, Exchange, Upstream};
 use crate::auth::Owner;
 use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -52,8 +51,8 @@ pub enum Head {
     Relay {
         /// The upstream response header.
         header: ResponseHeader,
-        /// The upstream connection, its body still unread.
-        upstream: Box<HttpSession>,
+        /// The upstream exchange, its body still unread.
+        upstream: Box<Exchange>,
     },
     /// The backend could not be reached or answered garbage.
     Failed(UpstreamError),
@@ -189,14 +188,7 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
             return;
         }
     };
-    let Some(header) = s.response_header().cloned() else {
-        let e = UpstreamError {
-            kind: UpstreamErrorKind::Protocol,
-            message: "upstream sent no response header".into(),
-        };
-        let _ = head.send(failed(&m, &run_id, e));
-        return;
-    };
+    let header = s.header().clone();
     if !is_recordable(&header) {
         if !header.status.is_success() {
             m.upstream_errors.inc(UpstreamErrorKind::Status);
@@ -301,8 +293,7 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
     }
-    // The idle limit is a per-stream tokio timer (see `stall`), not Pingora's per-read one.
-    s.set_read_timeout(None);
+    // The idle limit is a per-stream tokio timer (see `stall`).
     let limits = Limits {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
@@ -342,7 +333,7 @@ async fn produce(job: Job, head: oneshot::Sender<Head>) {
         run.peak_observers(),
     );
     if ending == Ending::Clean {
-        upstream.release(s).await;
+        upstream.release(s);
     }
 }
 
@@ -356,7 +347,7 @@ struct Limits {
 }
 
 async fn read(
-    s: &mut HttpSession,
+    s: &mut Exchange,
     run: &Arc<Run>,
     limits: Limits,
     ingest: &mut Ingest,
@@ -375,7 +366,7 @@ async fn read(
     let ending = loop {
         let read = tokio::select! {
             biased;
-            r = idle.run(s.read_response_body()) => r,
+            r = idle.run(s.next()) => r,
             reason = &mut stop => break Ending::Stopped(reason),
             _ = &mut expiry => break Ending::Stopped(EndReason::MaxDuration),
         };
@@ -395,9 +386,9 @@ async fn read(
             Ok(Some(c)) => c,
             Ok(None) => break Ending::Clean,
             Err(e) => {
-                let kind = kind_of(&e, false);
+                let kind = e.kind;
                 m.upstream_errors.inc(kind);
-                warn!("run {}: upstream read failed: {e}", run.id());
+                warn!("run {}: upstream read failed: {}", run.id(), e.message);
                 break Ending::Failed(match kind {
                     UpstreamErrorKind::Timeout => EndReason::UpstreamTimeout,
                     _ => EndReason::UpstreamReset,

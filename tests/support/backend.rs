@@ -3,6 +3,7 @@
 //! Also the AG-UI turns and SSE framing the scripts send.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -80,6 +81,8 @@ pub struct Served {
 /// A scripted backend.
 pub struct Backend {
     pub addr: SocketAddr,
+    /// Connections accepted so far (keep-alive: several requests may share one).
+    pub accepted: Arc<AtomicUsize>,
     pub served: Arc<Mutex<Vec<Served>>>,
     pub requests: Arc<Mutex<Vec<Req>>>,
     done: Arc<watch::Sender<usize>>,
@@ -104,12 +107,19 @@ pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static)
     let (done, _) = watch::channel(0usize);
     let done = Arc::new(done);
     let script = Arc::new(script);
-    let (s2, r2, d2) = (served.clone(), requests.clone(), done.clone());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (s2, r2, d2, a2) = (
+        served.clone(),
+        requests.clone(),
+        done.clone(),
+        accepted.clone(),
+    );
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
                 return;
             };
+            a2.fetch_add(1, Ordering::SeqCst);
             let (script, served, requests, done) =
                 (script.clone(), s2.clone(), r2.clone(), d2.clone());
             tokio::spawn(async move {
@@ -159,6 +169,7 @@ pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static)
     });
     Backend {
         addr,
+        accepted,
         served,
         requests,
         done,

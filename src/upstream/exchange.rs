@@ -1,0 +1,270 @@
+//! One HTTP/1.1 request and response with the backend over a connection of Pingora's pool:
+//! writes the request, reads the response head (1xx skipped), then hands out the body as slices
+//! of one read buffer, and says whether the connection can go back to the pool.
+//!
+//! The framing is [`wire`]'s; this file does the I/O. The read buffer starts at 4 KiB and grows
+//! (to 64 KiB) only when a read fills it, and each body read is split off it without a copy: the
+//! buffer's allocation comes back once the slices handed out are dropped. (Pingora's client
+//! session kept a 64 KiB body buffer per response and copied every read.)
+
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use pingora_core::protocols::Stream;
+use pingora_http::ResponseHeader;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::wire::{self, Decoder, Framing, Step};
+use crate::error::{UpstreamError, UpstreamErrorKind};
+
+/// The read buffer's first size.
+const FIRST_READ: usize = 4 * 1024;
+/// The read buffer's largest size (a response head may take it a little over).
+const MAX_READ: usize = 64 * 1024;
+/// Below this much free room the buffer is reclaimed or replaced before a read.
+const MIN_SPARE: usize = 1024;
+
+/// The time limits of an exchange's start.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// For writing the whole request.
+    pub write: Duration,
+    /// For reading the whole response head.
+    pub head: Duration,
+}
+
+/// An exchange that did not get a response head.
+#[derive(Debug)]
+pub struct Failed {
+    /// What went wrong.
+    pub error: UpstreamError,
+    /// The backend sent nothing before the connection failed: a stale pooled connection, which
+    /// a fresh one may retry.
+    pub retry: bool,
+}
+
+/// A connection's reads into one buffer.
+struct Reader<S> {
+    stream: S,
+    buf: BytesMut,
+    /// How much room a fresh buffer gets.
+    size: usize,
+}
+
+impl<S: AsyncRead + Unpin> Reader<S> {
+    fn new(stream: S) -> Self {
+        Reader {
+            stream,
+            buf: BytesMut::new(),
+            size: FIRST_READ,
+        }
+    }
+
+    /// Reads once into the buffer; `0` at the end of the stream.
+    async fn fill(&mut self) -> io::Result<usize> {
+        self.make_room();
+        let room = self.buf.capacity() - self.buf.len();
+        let n = self.stream.read_buf(&mut self.buf).await?;
+        if n == room && room >= self.size / 2 {
+            self.size = (self.size * 2).min(MAX_READ);
+        }
+        Ok(n)
+    }
+
+    /// Makes at least [`MIN_SPARE`] of room: the buffer's own allocation when every slice of it
+    /// was dropped, else a fresh one of `size` (the few unread bytes copied over).
+    fn make_room(&mut self) {
+        let len = self.buf.len();
+        if self.buf.capacity() - len >= MIN_SPARE
+            || self
+                .buf
+                .try_reclaim(self.size.saturating_sub(len).max(MIN_SPARE))
+        {
+            return;
+        }
+        let mut fresh = BytesMut::with_capacity(self.size.max(len + MIN_SPARE));
+        fresh.extend_from_slice(&self.buf);
+        self.buf = fresh;
+    }
+}
+
+/// A request sent and its response head read; the body is read with [`Exchange::next`].
+pub struct Exchange<S = Stream> {
+    reader: Reader<S>,
+    header: ResponseHeader,
+    body: Decoder,
+    /// Neither side ends the connection after this answer.
+    keep_alive: bool,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
+    /// Writes the request (`head`, then `body`) on `stream` and reads the response head.
+    /// `method` is the request's, for the framing of the answer to a `HEAD`.
+    pub async fn start(
+        mut stream: S,
+        head: &[u8],
+        body: &[u8],
+        method: &http::Method,
+        limits: Limits,
+    ) -> Result<Self, Failed> {
+        let mut request = Buf::chain(head, body);
+        let write = async {
+            stream.write_all_buf(&mut request).await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(limits.write, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(Failed {
+                    error: io_error(&e, "writing the request"),
+                    retry: true,
+                })
+            }
+            Err(_) => {
+                return Err(failed(
+                    UpstreamErrorKind::Timeout,
+                    format!("upstream took over {:?} to take the request", limits.write),
+                ))
+            }
+        }
+        let mut reader = Reader::new(stream);
+        let header = match tokio::time::timeout(limits.head, read_head(&mut reader)).await {
+            Ok(h) => h?,
+            Err(_) => {
+                return Err(failed(
+                    UpstreamErrorKind::Timeout,
+                    format!("no upstream response head within {:?}", limits.head),
+                ))
+            }
+        };
+        let framing = wire::framing(&header, method).map_err(|e| {
+            failed(
+                UpstreamErrorKind::Protocol,
+                format!("upstream response head: {e}"),
+            )
+        })?;
+        Ok(Exchange {
+            keep_alive: wire::keeps_alive(&header) && framing != Framing::Close,
+            body: Decoder::new(framing),
+            reader,
+            header,
+        })
+    }
+
+    /// The response header as the backend sent it (after any 1xx).
+    pub fn header(&self) -> &ResponseHeader {
+        &self.header
+    }
+
+    /// The next piece of the body; `None` at its clean end. After an error the exchange is
+    /// done with (its connection is never reused).
+    pub async fn next(&mut self) -> Result<Option<Bytes>, UpstreamError> {
+        loop {
+            match self.body.decode(&mut self.reader.buf) {
+                Ok(Step::Data(b)) => return Ok(Some(b)),
+                Ok(Step::End) => return Ok(None),
+                Ok(Step::More) => {}
+                Err(e) => {
+                    self.keep_alive = false;
+                    return Err(UpstreamError {
+                        kind: UpstreamErrorKind::Protocol,
+                        message: format!("upstream response body: {e}"),
+                    });
+                }
+            }
+            match self.reader.fill().await {
+                Ok(0) => {
+                    self.keep_alive = false;
+                    self.body.eof().map_err(|e| UpstreamError {
+                        kind: UpstreamErrorKind::Reset,
+                        message: format!("upstream {e}"),
+                    })?;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.keep_alive = false;
+                    return Err(io_error(&e, "reading the response body"));
+                }
+            }
+        }
+    }
+
+    /// The connection, when it can carry another request: the body was read to its clean end,
+    /// nothing was read past it, and neither side asked for a close.
+    pub fn into_reusable(self) -> Option<S> {
+        let clean = self.keep_alive && self.body.is_done() && self.reader.buf.is_empty();
+        clean.then_some(self.reader.stream)
+    }
+}
+
+/// Reads the response head, skipping 1xx heads.
+async fn read_head<S: AsyncRead + Unpin>(reader: &mut Reader<S>) -> Result<ResponseHeader, Failed> {
+    let mut received = false;
+    loop {
+        match wire::parse_head(&reader.buf) {
+            Ok(Some((header, len))) => {
+                reader.buf.advance(len);
+                match header.status.as_u16() {
+                    // Tether never asks for an upgrade (`Upgrade` is hop-by-hop).
+                    101 => {
+                        return Err(failed(
+                            UpstreamErrorKind::Protocol,
+                            "upstream switched protocols unasked".into(),
+                        ))
+                    }
+                    100..=199 => continue,
+                    _ => return Ok(header),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                return Err(failed(
+                    UpstreamErrorKind::Protocol,
+                    format!("upstream response head: {e}"),
+                ))
+            }
+        }
+        match reader.fill().await {
+            Ok(0) => {
+                return Err(Failed {
+                    error: UpstreamError {
+                        kind: UpstreamErrorKind::Reset,
+                        message: "upstream closed the connection before its response head".into(),
+                    },
+                    retry: !received,
+                })
+            }
+            Ok(_) => received = true,
+            Err(e) => {
+                return Err(Failed {
+                    error: io_error(&e, "reading the response head"),
+                    retry: !received,
+                })
+            }
+        }
+    }
+}
+
+/// A failure that no retry helps.
+fn failed(kind: UpstreamErrorKind, message: String) -> Failed {
+    Failed {
+        error: UpstreamError { kind, message },
+        retry: false,
+    }
+}
+
+/// An I/O error on the connection: a timeout, or a reset.
+fn io_error(e: &io::Error, doing: &str) -> UpstreamError {
+    let kind = match e.kind() {
+        io::ErrorKind::TimedOut => UpstreamErrorKind::Timeout,
+        _ => UpstreamErrorKind::Reset,
+    };
+    UpstreamError {
+        kind,
+        message: format!("upstream failed while {doing}: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;
