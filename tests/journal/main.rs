@@ -5,6 +5,7 @@
 mod support;
 
 mod dialects;
+mod doorbells;
 
 use serde_json::{json, Value};
 use support::*;

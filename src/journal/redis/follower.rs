@@ -2,9 +2,11 @@
 //! run per run, fed by one follower task; every local observer reads the mirror through the
 //! unchanged observer code.
 //!
-//! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
-//! acknowledgement *before* it reads the checkpoint and the stream; the stream decides what
-//! exists and the doorbell only wakes (a poll of at most a second covers a lost one). A doorbell
+//! Handoff without gaps: the follower subscribes to the run's doorbell, waits for the
+//! acknowledgement and marks the run watched (the producer rings the doorbell only while some
+//! replica watches, [`scripts::WATCH`], refreshed every third of the lease) *before* it reads the
+//! checkpoint and the stream; the stream decides what exists and the doorbell only wakes (a poll
+//! of at most a second covers a lost one or a lapsed watch). A doorbell
 //! carries the entry the producer just appended: a mirror it follows on from applies it without
 //! a read, anything else (an end, a gap, dropped messages, a poll) reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
@@ -19,7 +21,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, Bell, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{owner_alive, scripts, Bell, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
@@ -104,6 +106,7 @@ async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>>
     }
     let keys = RunKeys::new(scope, run_id);
     let bell = c.subscribe(&keys.bell).await.ok()?;
+    watch(c, &keys).await;
     let seed = match seed(c, &keys, run_id).await {
         Some(s) => s,
         None => {
@@ -163,6 +166,19 @@ pub fn header_text(h: &pingora_http::ResponseHeader) -> String {
         }
     }
     out
+}
+
+/// Marks the run watched by this replica for a lease (quiet when Redis is down: the poll reads
+/// what a missing doorbell would have brought).
+async fn watch(c: &Cluster, keys: &RunKeys) {
+    let mut conn = c.conn();
+    let _: redis::RedisResult<i64> = timed(
+        scripts::WATCH
+            .key(&keys.m)
+            .arg(c.cfg.lease.as_millis() as u64)
+            .invoke_async(&mut conn),
+    )
+    .await;
 }
 
 struct Seed {
@@ -369,6 +385,7 @@ impl Follower {
 
     async fn follow(mut self, bell: Arc<Bell>, ended: bool) {
         let mut progress = Instant::now();
+        let mut watched = Instant::now();
         let mut done = ended;
         // A poll only when no doorbell came for a while (one was lost).
         let poll = tokio::time::sleep(self.c.cfg.poll);
@@ -380,6 +397,12 @@ impl Follower {
             };
             poll.as_mut().reset(Instant::now() + self.c.cfg.poll);
             let Some(run) = self.run.upgrade() else { break };
+            if watched.elapsed() >= self.c.cfg.lease / 3 {
+                // Off this task: a doorbell's entry is not held up behind the round trip.
+                let (c, keys) = (self.c.clone(), self.keys.clone());
+                tokio::spawn(async move { watch(&c, &keys).await });
+                watched = Instant::now();
+            }
             let head = self.journal.head();
             let (msgs, behind) = bell.take();
             if rung && !behind && self.apply_rung(msgs) {
@@ -400,6 +423,9 @@ impl Follower {
                     continue;
                 }
                 Applied::Gap => {
+                    // Redis may have lost the run (and its watch) and the producer re-based.
+                    watch(&self.c, &self.keys).await;
+                    watched = Instant::now();
                     if let Some(seed) = seed(&self.c, &self.keys, run.id()).await {
                         debug!("run {}: mirror re-seeded", run.id());
                         self.ckpt = seed.ckpt;
