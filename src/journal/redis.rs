@@ -18,6 +18,7 @@
 //! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
 //! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
 
+mod bell;
 pub mod codec;
 mod follower;
 mod lane;
@@ -34,11 +35,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashmap::DashMap;
 use log::{info, warn};
-use parking_lot::Mutex;
 use prometheus::{Histogram, IntGauge};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, PushInfo, PushKind, Value};
-use tokio::sync::Notify;
 
 use crate::auth::{Auth, Owner};
 use crate::config;
@@ -46,45 +45,12 @@ use crate::journal::EndReason;
 use crate::metrics::{label_enum, Counters, Metrics};
 use crate::registry::Registry;
 use crate::run::Run;
+use bell::Bell;
 pub use follower::header_text;
 use liveness::liveness;
 pub(crate) use liveness::owner_alive;
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
-
-/// Doorbell messages a follower may have waiting before it reads the stream instead.
-const BELL_QUEUE: usize = 256;
-
-/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
-#[derive(Default)]
-pub(crate) struct Bell {
-    pub(crate) notify: Notify,
-    queue: Mutex<Vec<Bytes>>,
-    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
-    behind: AtomicBool,
-}
-
-impl Bell {
-    fn ring(&self, msg: Option<Bytes>) {
-        {
-            let mut q = self.queue.lock();
-            match msg {
-                Some(m) if q.len() < BELL_QUEUE => q.push(m),
-                _ => {
-                    q.clear();
-                    self.behind.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        self.notify.notify_one();
-    }
-
-    /// The messages rung since the last call, and whether some were dropped.
-    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
-        let q = std::mem::take(&mut *self.queue.lock());
-        (q, self.behind.swap(false, Ordering::Relaxed))
-    }
-}
 
 /// How long one Redis call may take before it counts as failed (the journal degrades).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
