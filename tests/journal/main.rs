@@ -6,6 +6,7 @@ mod support;
 
 mod dialects;
 mod doorbells;
+mod rebase;
 
 use serde_json::{json, Value};
 use support::*;

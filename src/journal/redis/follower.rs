@@ -285,8 +285,12 @@ pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u
 }
 
 /// Reads the run's meta, checkpoint and the stream after it into a fresh mirror journal.
+///
+/// The window before the checkpoint is read too, unless the stream has a hole there (a re-base
+/// moved the head past batches it never wrote): then the mirror starts at the checkpoint.
 async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
     let mut conn = c.conn();
+    let mut hole = false;
     for _ in 0..3 {
         let meta: HashMap<String, String> = timed(conn.hgetall(&keys.m)).await.ok()?;
         if meta.is_empty() {
@@ -299,7 +303,10 @@ async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
             Some(b) => codec::decode_checkpoint(Bytes::from(b))?,
             None => Checkpoint::default(),
         };
-        let start = ck.seq.min(head.saturating_sub(win));
+        let start = match hole {
+            true => ck.seq,
+            false => ck.seq.min(head.saturating_sub(win)),
+        };
         let entries = read_entries(c, &keys.s, start).await.ok()?;
         let raw_first = entries
             .iter()
@@ -328,7 +335,7 @@ async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
             ck.named,
         );
         match apply(&j, &entries, ck.seq) {
-            Applied::Gap => continue,
+            Applied::Gap => hole = true,
             applied => {
                 let end = match applied {
                     Applied::End(e) => Some(e),
