@@ -66,6 +66,8 @@ struct St {
     stop: Option<Bytes>,
     /// The writer waits for an answer ([`Lane::wait_for`]).
     waiting: bool,
+    /// When the lane was queued on the pipeline (`tether_journal_write_seconds` counts from it).
+    queued: Option<Instant>,
 }
 
 /// The append lane of one run (shared by its recorder, the pipeline and its writer).
@@ -123,6 +125,7 @@ impl Lane {
         }
         if st.open && !st.in_flight {
             st.in_flight = true;
+            st.queued = Some(Instant::now());
             drop(st);
             self.kick();
         }
@@ -176,7 +179,7 @@ impl Lane {
                 first,
                 last,
                 len,
-                at: Instant::now(),
+                at: st.queued.take().unwrap_or_else(Instant::now),
             },
         ))
     }
@@ -225,6 +228,9 @@ impl Lane {
             }
         };
         st.in_flight = again;
+        if again {
+            st.queued = Some(Instant::now());
+        }
         let waiting = std::mem::take(&mut st.waiting);
         drop(st);
         if again {
@@ -263,6 +269,9 @@ impl Lane {
         st.ckpt_bytes = (64 << 10).max(ckpt_len / 2);
         let send = !st.in_flight && !st.data.is_empty();
         st.in_flight |= send;
+        if send {
+            st.queued = Some(Instant::now());
+        }
         drop(st);
         if send {
             self.kick();
