@@ -19,8 +19,9 @@ use super::{codec, scripts, Health, JournalMetrics, WriteResult};
 use crate::format::Event;
 use crate::journal::raw::Frame;
 
-/// Bytes a lane holds unsent at most; past that the run degrades (it re-bases).
-const CAP: usize = 16 << 20;
+/// Bytes a lane holds unsent at most (a call's time of a fast stream, or a go-live's); past
+/// that the run degrades (it re-bases).
+const CAP: usize = 4 << 20;
 
 /// Where a lane's calls go: the run's keys and the producer's lease.
 pub(crate) struct Target {
@@ -99,6 +100,8 @@ impl Lane {
 
     /// Adds a batch (seqs from `first`) and hands the lane to the pipeline when it is open and
     /// has no call in flight. Called under the recorder's order lock, so batches come in order.
+    /// Nothing is kept while the run waits for a re-base (Redis down, say): the re-base writes
+    /// the local head, so a degraded run holds no copies.
     pub(crate) fn push(
         self: &Arc<Self>,
         first: u64,
@@ -106,6 +109,9 @@ impl Lane {
         raw_first: u64,
         raw: &[Frame],
     ) {
+        if self.lost.load(Ordering::Relaxed) {
+            return;
+        }
         let mut st = self.st.lock();
         if st.data.is_empty() {
             st.first = first;
