@@ -7,6 +7,7 @@ mod support;
 mod dialects;
 mod doorbells;
 mod rebase;
+mod supersede;
 
 use serde_json::{json, Value};
 use support::*;
