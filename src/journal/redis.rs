@@ -2,10 +2,11 @@
 //! without it no Redis code runs. The in-process [`MemoryJournal`](super::memory::MemoryJournal)
 //! stays the hot path everywhere:
 //!
-//! - the producing replica records into it as always and a writer task per run copies each
-//!   batch to Redis asynchronously ([`writer`]), never slowing the producer; every writer's
-//!   script call goes through the replica's write pipeline ([`pipe`]): one round trip for all
-//!   the calls pending at once;
+//! - the producing replica records into it as always and hands each batch, encoded, to the
+//!   run's append lane ([`lane`]), never waiting for Redis; the replica's write pipeline
+//!   ([`pipe`]) sends every lane's pending batches and every writer's other script calls as one
+//!   round trip for all the calls pending at once. A writer task per run ([`writer`]) handles
+//!   the rest: go-live, re-base, checkpoints, the end, lease ticks;
 //! - a replica that serves a run it does not produce keeps a local mirror run fed by one
 //!   follower task per run ([`follower`]); the observer code serves the mirror unchanged.
 //!
@@ -20,10 +21,12 @@
 //! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
 //! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
 
+mod bell;
 mod bus;
 pub mod codec;
 mod conn;
 mod follower;
+mod lane;
 mod liveness;
 mod pipe;
 mod recorder;
@@ -44,7 +47,7 @@ use crate::config;
 use crate::metrics::{label_enum, Counters, Metrics};
 use crate::registry::Registry;
 use crate::run::Run;
-pub(crate) use bus::Bell;
+pub(crate) use bell::Bell;
 pub(crate) use conn::Conn;
 pub use follower::header_text;
 use liveness::liveness;
@@ -166,6 +169,33 @@ impl JournalMetrics {
     }
 }
 
+/// Whether Redis can be written: logged once when the journal degrades and once when it
+/// recovers, and shown as `tether_journal_degraded`.
+pub(crate) struct Health {
+    degraded: AtomicBool,
+    gauge: IntGauge,
+}
+
+impl Health {
+    /// Records the outcome of a Redis call.
+    pub(crate) fn record(&self, ok: bool) {
+        let was = self.degraded.swap(!ok, Ordering::Relaxed);
+        match (was, ok) {
+            (false, false) => {
+                warn!(
+                    "shared journal degraded: Redis cannot be reached; runs keep streaming locally"
+                );
+                self.gauge.set(1);
+            }
+            (true, true) => {
+                info!("shared journal recovered: live runs are re-based");
+                self.gauge.set(0);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// One replica's connection to the shared journal.
 pub struct Cluster {
     /// Validated settings.
@@ -185,7 +215,7 @@ pub struct Cluster {
     producers: DashMap<String, Weak<Run>>,
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
-    degraded: AtomicBool,
+    health: Arc<Health>,
     registry: Arc<Registry>,
     metrics: Metrics,
     /// The journal's own metric families.
@@ -221,7 +251,11 @@ impl Cluster {
         };
         let bus = Conn::pushes(&cfg, push)?;
         let jm = JournalMetrics::new(&metrics);
-        let pipe = pipe::Pipe::start(cmd.clone(), jm.clone());
+        let health = Arc::new(Health {
+            degraded: AtomicBool::new(false),
+            gauge: jm.degraded.clone(),
+        });
+        let pipe = pipe::Pipe::start(cmd.clone(), jm.clone(), health.clone());
         let cluster = Arc::new(Cluster {
             cfg,
             window,
@@ -235,7 +269,7 @@ impl Cluster {
             producers: DashMap::new(),
             mirrors: DashMap::new(),
             creating: tokio::sync::Mutex::new(()),
-            degraded: AtomicBool::new(false),
+            health,
             registry,
             metrics,
             jm,
@@ -262,26 +296,13 @@ impl Cluster {
 
     /// Whether writes to Redis are failing now.
     pub fn is_degraded(&self) -> bool {
-        self.degraded.load(Ordering::Relaxed)
+        self.health.degraded.load(Ordering::Relaxed)
     }
 
     /// Records the outcome of a Redis call: logs once when the journal degrades and once when
     /// it recovers.
     pub(crate) fn health(&self, ok: bool) {
-        let was = self.degraded.swap(!ok, Ordering::Relaxed);
-        match (was, ok) {
-            (false, false) => {
-                warn!(
-                    "shared journal degraded: Redis cannot be reached; runs keep streaming locally"
-                );
-                self.jm.degraded.set(1);
-            }
-            (true, true) => {
-                info!("shared journal recovered: live runs are re-based");
-                self.jm.degraded.set(0);
-            }
-            _ => {}
-        }
+        self.health.record(ok);
     }
 
     /// The key of this replica's liveness.

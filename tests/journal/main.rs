@@ -9,6 +9,9 @@ mod support;
 mod binary;
 mod cluster;
 mod dialects;
+mod doorbells;
+mod rebase;
+mod supersede;
 
 use binary::Binary;
 use serde_json::{json, Value};

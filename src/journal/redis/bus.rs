@@ -3,52 +3,15 @@
 //! connection. Plain pub/sub on one server, sharded pub/sub in a cluster (each channel under
 //! the hash tag of the keys it belongs to, so a script publishes on its own slot).
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 use log::info;
-use parking_lot::Mutex;
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::Notify;
 
-use super::{scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{scripts, Bell, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::journal::EndReason;
 use crate::run::Run;
-
-/// Doorbell messages a follower may have waiting before it reads the stream instead.
-const BELL_QUEUE: usize = 256;
-
-/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
-#[derive(Default)]
-pub(crate) struct Bell {
-    pub(crate) notify: Notify,
-    queue: Mutex<Vec<Bytes>>,
-    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
-    behind: AtomicBool,
-}
-
-impl Bell {
-    fn ring(&self, msg: Option<Bytes>) {
-        {
-            let mut q = self.queue.lock();
-            match msg {
-                Some(m) if q.len() < BELL_QUEUE => q.push(m),
-                _ => {
-                    q.clear();
-                    self.behind.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        self.notify.notify_one();
-    }
-
-    /// The messages rung since the last call, and whether some were dropped.
-    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
-        let q = std::mem::take(&mut *self.queue.lock());
-        (q, self.behind.swap(false, Ordering::Relaxed))
-    }
-}
 
 impl Cluster {
     /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a

@@ -2,11 +2,14 @@
 //! run per run, fed by one follower task; every local observer reads the mirror through the
 //! unchanged observer code.
 //!
-//! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
-//! acknowledgement *before* it reads the checkpoint and the stream; the stream decides what
-//! exists and the doorbell only wakes (a poll of at most a second covers a lost one). A doorbell
-//! carries the entry the producer just appended: a mirror it follows on from applies it without
-//! a read, anything else (an end, a gap, dropped messages, a poll) reads the stream. A gap
+//! Handoff without gaps: the follower subscribes to the run's doorbell, waits for the
+//! acknowledgement and marks the run watched (the producer rings the doorbell only while some
+//! replica watches, [`scripts::WATCH`], refreshed every third of the lease) *before* it reads the
+//! checkpoint and the stream; the stream decides what exists and the doorbell only wakes (a poll
+//! of at most a second covers a lost one or a lapsed watch). A doorbell carries the entry the
+//! producer just appended: the push connection applies it to a mirror it follows on from
+//! ([`super::bell`]) without waking this task or reading the stream; anything else (an end, a
+//! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
 //! producer's lease lapsed is ended `owner_lost` by the first follower that notices.
 
@@ -18,8 +21,9 @@ use log::{debug, info};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
+use super::bell::{apply_entry, Bell};
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, Bell, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{owner_alive, scripts, Cluster, RunKeys, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
@@ -104,6 +108,7 @@ async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>>
     }
     let keys = RunKeys::new(scope, run_id);
     let bell = c.subscribe(&keys.bell).await.ok()?;
+    watch(c, &keys).await;
     let seed = match seed(c, &keys, run_id).await {
         Some(s) => s,
         None => {
@@ -123,6 +128,8 @@ async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>>
     if let Some(end) = seed.end {
         journal.end(end);
         run.done();
+    } else {
+        bell.follow_on(Some((journal.clone(), seed.ckpt)));
     }
     c.mirrors.insert(run_id.to_string(), Arc::downgrade(&run));
     info!("run {run_id}: following it from the shared journal");
@@ -163,6 +170,19 @@ pub fn header_text(h: &pingora_http::ResponseHeader) -> String {
         }
     }
     out
+}
+
+/// Marks the run watched by this replica for a lease (quiet when Redis is down: the poll reads
+/// what a missing doorbell would have brought).
+async fn watch(c: &Cluster, keys: &RunKeys) {
+    let mut conn = c.conn();
+    let _: redis::RedisResult<i64> = timed(
+        scripts::WATCH
+            .key(&keys.m)
+            .arg(c.cfg.lease.as_millis() as u64)
+            .invoke_async(&mut conn),
+    )
+    .await;
 }
 
 struct Seed {
@@ -243,7 +263,7 @@ fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
 }
 
 /// Applies one entry's data (batches from seq `first`); false on a gap or a bad entry.
-fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
+pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
     let mut at = first;
     while data.remaining() >= 4 {
         let len = data.get_u32_le() as usize;
@@ -264,23 +284,13 @@ fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool
     true
 }
 
-/// A doorbell carrying its stream entry: `<first> <last> <data>`.
-fn rung_entry(msg: &Bytes) -> Option<(u64, u64, Bytes)> {
-    let sp = |from: usize| {
-        msg[from..]
-            .iter()
-            .position(|&b| b == b' ')
-            .map(|i| i + from)
-    };
-    let a = sp(0)?;
-    let b = sp(a + 1)?;
-    let num = |r: &[u8]| std::str::from_utf8(r).ok()?.parse::<u64>().ok();
-    Some((num(&msg[..a])?, num(&msg[a + 1..b])?, msg.slice(b + 1..)))
-}
-
 /// Reads the run's meta, checkpoint and the stream after it into a fresh mirror journal.
+///
+/// The window before the checkpoint is read too, unless the stream has a hole there (a re-base
+/// moved the head past batches it never wrote): then the mirror starts at the checkpoint.
 async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
     let mut conn = c.conn();
+    let mut hole = false;
     for _ in 0..3 {
         let meta: HashMap<String, String> = timed(conn.hgetall(&keys.m)).await.ok()?;
         if meta.is_empty() {
@@ -293,7 +303,10 @@ async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
             Some(b) => codec::decode_checkpoint(Bytes::from(b))?,
             None => Checkpoint::default(),
         };
-        let start = ck.seq.min(head.saturating_sub(win));
+        let start = match hole {
+            true => ck.seq,
+            false => ck.seq.min(head.saturating_sub(win)),
+        };
         let entries = read_entries(c, &keys.s, start).await.ok()?;
         let raw_first = entries
             .iter()
@@ -322,7 +335,7 @@ async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
             ck.named,
         );
         match apply(&j, &entries, ck.seq) {
-            Applied::Gap => continue,
+            Applied::Gap => hole = true,
             applied => {
                 let end = match applied {
                     Applied::End(e) => Some(e),
@@ -352,25 +365,16 @@ impl Follower {
     /// Applies the entries the doorbell carried; false when the stream must be read (a
     /// message without its entry, such as an end, or one that does not follow the mirror).
     fn apply_rung(&self, msgs: Vec<Bytes>) -> bool {
-        for m in msgs {
-            let Some((first, last, data)) = rung_entry(&m) else {
-                return false;
-            };
-            let head = self.journal.head();
-            if last <= head {
-                continue;
-            }
-            if first > head + 1 || !apply_data(&self.journal, first, data, self.ckpt) {
-                return false;
-            }
-        }
-        true
+        msgs.iter()
+            .all(|m| apply_entry(&self.journal, m, self.ckpt))
     }
 
     async fn follow(mut self, bell: Arc<Bell>, ended: bool) {
         let mut progress = Instant::now();
+        let mut watched = Instant::now();
         let mut done = ended;
-        // A poll only when no doorbell came for a while (one was lost).
+        // A poll only when no doorbell came for a while (one was lost); doorbells the push
+        // connection applied itself count as come.
         let poll = tokio::time::sleep(self.c.cfg.poll);
         tokio::pin!(poll);
         while !done {
@@ -380,6 +384,16 @@ impl Follower {
             };
             poll.as_mut().reset(Instant::now() + self.c.cfg.poll);
             let Some(run) = self.run.upgrade() else { break };
+            if watched.elapsed() >= self.c.cfg.lease / 3 {
+                // Off this task: a doorbell's entry is not held up behind the round trip.
+                let (c, keys) = (self.c.clone(), self.keys.clone());
+                tokio::spawn(async move { watch(&c, &keys).await });
+                watched = Instant::now();
+            }
+            if !rung && bell.take_applied() > 0 {
+                progress = Instant::now();
+                continue;
+            }
             let head = self.journal.head();
             let (msgs, behind) = bell.take();
             if rung && !behind && self.apply_rung(msgs) {
@@ -400,6 +414,11 @@ impl Follower {
                     continue;
                 }
                 Applied::Gap => {
+                    // Redis may have lost the run (and its watch) and the producer re-based.
+                    watch(&self.c, &self.keys).await;
+                    watched = Instant::now();
+                    // Doorbells queue for this task until the mirror is whole again.
+                    bell.follow_on(None);
                     if let Some(seed) = seed(&self.c, &self.keys, run.id()).await {
                         debug!("run {}: mirror re-seeded", run.id());
                         self.ckpt = seed.ckpt;
@@ -410,6 +429,7 @@ impl Follower {
                             break;
                         }
                     }
+                    bell.follow_on(Some((self.journal.clone(), self.ckpt)));
                 }
                 Applied::More => {}
             }
@@ -450,20 +470,5 @@ impl Follower {
             .c
             .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
             .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
-        let msg = Bytes::from_static(b"7 9 a b\x00c");
-        let (first, last, data) = rung_entry(&msg).unwrap_or_default();
-        assert_eq!((first, last, &data[..]), (7, 9, &b"a b\x00c"[..]));
-        assert!(rung_entry(&Bytes::from_static(b"end")).is_none());
-        assert!(rung_entry(&Bytes::from_static(b"42")).is_none());
-        assert!(rung_entry(&Bytes::from_static(b"x 9 d")).is_none());
     }
 }

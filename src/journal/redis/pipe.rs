@@ -1,87 +1,86 @@
-//! The per-process write pipeline: every run's writer hands its script call ([`Inv`]) to one
-//! flusher task, which sends all the calls pending at that moment as ONE pipelined round trip
-//! (`EVALSHA` each, a `SCRIPT LOAD` and a resend when Redis lost the scripts). No timer: calls
-//! queue while up to [`IN_FLIGHT`] flushes are on the wire, so an idle replica adds no delay and
-//! a busy one sends few large writes. Each writer still has one call in flight, so a run's
-//! calls stay in order; fencing and explicit ids live in the scripts, unchanged.
+//! The per-process write pipeline: every run's append lane ([`super::lane`]) and every writer's
+//! other script calls ([`Inv`]) go to one flusher task, which sends all the calls pending at that
+//! moment as ONE pipelined round trip (`EVALSHA` each, a `SCRIPT LOAD` and a resend when Redis
+//! lost the scripts). No timer: calls queue while up to [`IN_FLIGHT`] flushes are on the wire,
+//! so an idle replica adds no delay and a busy one sends few large writes. A lane has one call
+//! in flight and its answer is settled here (no hop back through the run's writer task); a
+//! writer's call is answered to the writer. Fencing and explicit ids live in the scripts.
 
+use std::sync::Arc;
 use std::task::Poll;
 
-use redis::{Cmd, Pipeline, RedisResult, Script, ToRedisArgs, Value};
+use redis::{Cmd, Pipeline, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Conn, JournalMetrics};
+use super::lane::{Lane, Sent};
+use super::{scripts, Conn, Health, JournalMetrics};
 
 /// Pipelined round trips on the wire at once.
 const IN_FLIGHT: usize = 4;
 /// Calls per round trip at most.
 const MAX_CALLS: usize = 512;
 
-/// A script call for the pipeline (the keys and arguments of an `EVALSHA`).
+/// A script call for the pipeline: an `EVALSHA` built in place (no argument vectors).
 pub(crate) struct Inv {
     script: &'static Script,
-    keys: Vec<Vec<u8>>,
-    args: Vec<Vec<u8>>,
+    cmd: Cmd,
 }
 
 impl Inv {
-    /// A call of `script`.
-    pub(crate) fn new(script: &'static Script) -> Self {
-        Inv {
-            script,
-            keys: Vec::with_capacity(6),
-            args: Vec::with_capacity(14),
+    /// A call of `script` on `keys` (its arguments follow with [`Self::arg`]).
+    pub(crate) fn new(script: &'static Script, keys: &[&str]) -> Self {
+        let mut cmd = Cmd::with_capacity(keys.len() + 16, 256);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys.len());
+        for k in keys {
+            cmd.arg(*k);
         }
-    }
-
-    /// Adds a key (`KEYS[i]`).
-    pub(crate) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
-        key.write_redis_args(&mut self.keys);
-        self
+        Inv { script, cmd }
     }
 
     /// Adds an argument (`ARGV[i]`).
-    pub(crate) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
-        arg.write_redis_args(&mut self.args);
+    pub(crate) fn arg<T: redis::ToRedisArgs>(mut self, arg: T) -> Self {
+        self.cmd.arg(arg);
         self
-    }
-
-    fn cmd(&self) -> Cmd {
-        let mut c = redis::cmd("EVALSHA");
-        c.arg(self.script.get_hash())
-            .arg(self.keys.len())
-            .arg(&self.keys)
-            .arg(&self.args);
-        c
     }
 }
 
-struct Call {
+pub(crate) struct Call {
     script: &'static Script,
     cmd: Cmd,
     tx: oneshot::Sender<RedisResult<Value>>,
 }
 
+/// What the flusher sends: a writer's call, or a lane with batches to append.
+pub(crate) enum Work {
+    Call(Call),
+    Lane(Arc<Lane>),
+}
+
 /// The sending side of the pipeline.
-pub(crate) struct Pipe(mpsc::UnboundedSender<Call>);
+pub(crate) struct Pipe(mpsc::UnboundedSender<Work>);
 
 impl Pipe {
     /// Starts the flusher on `conn`.
-    pub(crate) fn start(conn: Conn, jm: JournalMetrics) -> Pipe {
+    pub(crate) fn start(conn: Conn, jm: JournalMetrics, health: Arc<Health>) -> Pipe {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(flusher(conn, rx, jm));
+        tokio::spawn(flusher(conn, rx, jm, health));
         Pipe(tx)
     }
 
+    /// The queue lanes hand themselves to.
+    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<Work> {
+        self.0.clone()
+    }
+
     /// Queues `inv` for the next round trip and waits for its answer (the caller times out).
-    pub(crate) async fn call(&self, inv: &Inv) -> RedisResult<Value> {
+    pub(crate) async fn call(&self, inv: Inv) -> RedisResult<Value> {
         let (tx, rx) = oneshot::channel();
         let call = Call {
             script: inv.script,
-            cmd: inv.cmd(),
+            cmd: inv.cmd,
             tx,
         };
-        if self.0.send(call).is_err() {
+        if self.0.send(Work::Call(call)).is_err() {
             return Err((redis::ErrorKind::Io, "journal pipeline stopped").into());
         }
         rx.await
@@ -93,7 +92,12 @@ type Flush = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Gathers the pending calls into flushes and drives up to [`IN_FLIGHT`] of them itself (no
 /// task per flush: one scheduling hop less on the way back to the writers).
-async fn flusher(conn: Conn, mut rx: mpsc::UnboundedReceiver<Call>, jm: JournalMetrics) {
+async fn flusher(
+    conn: Conn,
+    mut rx: mpsc::UnboundedReceiver<Work>,
+    jm: JournalMetrics,
+    health: Arc<Health>,
+) {
     let mut flights: Vec<Flush> = Vec::with_capacity(IN_FLIGHT);
     loop {
         let first = std::future::poll_fn(|cx| {
@@ -115,7 +119,12 @@ async fn flusher(conn: Conn, mut rx: mpsc::UnboundedReceiver<Call>, jm: JournalM
             }
         }
         jm.flush_calls.observe(batch.len() as f64);
-        flights.push(Box::pin(flush(conn.clone(), batch)));
+        flights.push(Box::pin(flush(
+            conn.clone(),
+            batch,
+            jm.clone(),
+            health.clone(),
+        )));
     }
     // The senders are gone: let the flushes on the wire answer their writers.
     for f in flights {
@@ -123,43 +132,79 @@ async fn flusher(conn: Conn, mut rx: mpsc::UnboundedReceiver<Call>, jm: JournalM
     }
 }
 
+/// Where an answer goes.
+enum Reply {
+    Call(oneshot::Sender<RedisResult<Value>>),
+    Lane(Arc<Lane>, Sent),
+}
+
 /// Sends `batch` as one pipeline; calls whose script Redis does not know are sent again after
 /// loading it.
-async fn flush(mut conn: Conn, batch: Vec<Call>) {
+async fn flush(
+    mut conn: Conn,
+    batch: Vec<Work>,
+    jm: JournalMetrics,
+    health: Arc<Health>,
+) {
     let mut pipe = Pipeline::with_capacity(batch.len());
     pipe.ignore_errors();
-    for c in &batch {
-        pipe.add_command(c.cmd.clone());
+    let mut outs: Vec<(&'static Script, Reply)> = Vec::with_capacity(batch.len());
+    for w in batch {
+        match w {
+            Work::Call(c) => {
+                pipe.add_command(c.cmd);
+                outs.push((c.script, Reply::Call(c.tx)));
+            }
+            Work::Lane(lane) => {
+                if let Some((cmd, sent)) = lane.take() {
+                    pipe.add_command(cmd);
+                    outs.push((&scripts::APPEND, Reply::Lane(lane, sent)));
+                }
+            }
+        }
     }
+    if outs.is_empty() {
+        return;
+    }
+    let reply = |to: Reply, a: RedisResult<Value>| match to {
+        Reply::Call(tx) => drop(tx.send(a)),
+        Reply::Lane(lane, sent) => lane.answered(sent, a, &jm, &health),
+    };
     let answers: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
     let answers = match answers {
-        Ok(a) if a.len() == batch.len() => a,
+        Ok(a) if a.len() == outs.len() => a,
         Ok(_) => {
             let e = || (redis::ErrorKind::Io, "journal pipeline: short answer").into();
-            batch.into_iter().for_each(|c| drop(c.tx.send(Err(e()))));
+            outs.into_iter().for_each(|(_, to)| reply(to, Err(e())));
             return;
         }
         Err(e) => {
-            for c in batch {
-                let _ = c.tx.send(Err(e.clone()));
-            }
+            outs.into_iter()
+                .for_each(|(_, to)| reply(to, Err(e.clone())));
             return;
         }
     };
     let mut again = Vec::new();
-    for (c, a) in batch.into_iter().zip(answers) {
+    for ((out, a), cmd) in outs.into_iter().zip(answers).zip(pipe.cmd_iter()) {
         match a {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                again.push(c)
+                again.push((out, cmd.clone()))
             }
-            a => drop(c.tx.send(a)),
+            a => reply(out.1, a),
         }
     }
-    for c in again {
-        let r = match c.script.load_async(&mut conn).await {
-            Ok(_) => c.cmd.query_async(&mut conn).await,
+    // Each script is loaded once, then its calls are sent again in order.
+    let mut loaded: Vec<&str> = Vec::new();
+    for ((script, to), cmd) in again {
+        let load = match loaded.contains(&script.get_hash()) {
+            true => Ok(()),
+            false => script.load_async(&mut conn).await.map(drop),
+        };
+        loaded.push(script.get_hash());
+        let r = match load {
+            Ok(()) => cmd.query_async(&mut conn).await,
             Err(e) => Err(e),
         };
-        let _ = c.tx.send(r);
+        reply(to, r);
     }
 }

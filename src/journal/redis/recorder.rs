@@ -1,14 +1,16 @@
 //! [`Recorder`]: the journal of a run produced on this replica with a shared journal set. It
-//! records into the in-process journal as always and queues each batch (shared bytes, no copy)
-//! for the run's writer task ([`super::writer`]); a full queue marks the run for a re-base
-//! instead of waiting.
+//! records into the in-process journal as always and encodes each batch into the run's append
+//! lane ([`super::lane`]), which the write pipeline sends without a hop through the run's
+//! writer task; the end, the producer's finish and aliases go to the writer
+//! ([`super::writer`]). A full queue or lane marks the run for a re-base instead of waiting.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
+use super::lane::Lane;
 use crate::format::Event;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::raw::{Frame, Seek};
@@ -18,12 +20,6 @@ use crate::journal::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, 
 const QUEUE: usize = 4096;
 
 pub(super) enum Msg {
-    Batch {
-        first: u64,
-        events: Vec<Event>,
-        raw_first: u64,
-        raw: Vec<Frame>,
-    },
     End(End),
     Done,
     Alias(String),
@@ -31,12 +27,12 @@ pub(super) enum Msg {
 
 pub(super) struct Core {
     pub(super) inner: MemoryJournal,
-    /// Held across a local append and its queueing, and across a capture for a checkpoint, so
-    /// a checkpoint at seq C follows every batch up to C in the queue.
+    /// Held across a local append and its encoding into the lane, and across a capture, so a
+    /// capture at seq C follows every batch up to C in the lane.
     pub(super) order: Mutex<()>,
     tx: mpsc::Sender<Msg>,
-    /// A batch could not be queued: the writer must re-base.
-    pub(super) lost: AtomicBool,
+    /// The run's append lane (its `lost` flag: the writer must re-base).
+    pub(super) lane: Arc<Lane>,
 }
 
 /// The journal of a run produced on this replica with a shared journal configured.
@@ -57,14 +53,14 @@ impl Recorder {
             inner: MemoryJournal::with_raw(run_id, window, raw_cap),
             order: Mutex::new(()),
             tx,
-            lost: AtomicBool::new(false),
+            lane: Arc::new(Lane::default()),
         });
         (Recorder(core.clone()), WriterInbox { rx, core })
     }
 
     fn send(&self, m: Msg) {
         if self.0.tx.try_send(m).is_err() {
-            self.0.lost.store(true, Ordering::Relaxed);
+            self.0.lane.lost.store(true, Ordering::Relaxed);
         }
     }
 
@@ -80,17 +76,11 @@ impl Journal for Recorder {
         let _order = c.order.lock();
         let first = c.inner.head() + 1;
         let raw_first = c.inner.raw_end();
-        let copy = raw.clone();
-        let a = c.inner.append_raw(events, raw);
-        if a.events > 0 {
-            self.send(Msg::Batch {
-                first,
-                events: events.to_vec(),
-                raw_first,
-                raw: copy,
-            });
+        if c.inner.ended().is_some() || events.is_empty() {
+            return c.inner.append_raw(events, raw);
         }
-        a
+        c.lane.push(first, events, raw_first, &raw);
+        c.inner.append_raw(events, raw)
     }
     fn read_raw(&self, from: u64, max: usize) -> Option<RawRead> {
         self.0.inner.read_raw(from, max)

@@ -6,7 +6,10 @@
 //! stays on one slot).
 //!
 //! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
-//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`.
+//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`, and
+//! `watch`: until when (Redis server time, ms) some replica follows the run. Doorbells are
+//! published only while `watch` is set, so a run nobody follows costs no `PUBLISH`; the
+//! producer's lease tick clears a lapsed one.
 
 use std::sync::LazyLock;
 
@@ -35,11 +38,14 @@ if cur and cur ~= run then
   if cur ~= expect then return {'retry', cur} end
 end
 if mode == 'live' and not cur and expect ~= '' then return {'retry', ''} end
-if cur and cur ~= run and redis.call('HGET', pm, 'state') == 'live' then
-  local ph = redis.call('HGET', pm, 'head') or '0'
-  redis.call('XADD', ps, ph .. '-1', 'end', ARGV[11])
-  redis.call('HSET', pm, 'state', 'ended', 'end', ARGV[11], 'end_seq', ph)
-  redis.call(ARGV[15], ARGV[12], 'end')
+if cur and cur ~= run then
+  local p = redis.call('HMGET', pm, 'state', 'head', 'watch')
+  if p[1] == 'live' then
+    local ph = p[2] or '0'
+    redis.call('XADD', ps, ph .. '-1', 'end', ARGV[11])
+    redis.call('HSET', pm, 'state', 'ended', 'end', ARGV[11], 'end_seq', ph)
+    if p[3] then redis.call(ARGV[15], ARGV[12], 'end') end
+  end
 end
 redis.call('HSET', m, 'state', 'live', 'run', run, 'lease', lease, 'producer', ARGV[5],
   'win', ARGV[6], 'scope', ARGV[7], 'head', seq, 'producing', '1', 'header', ARGV[13],
@@ -58,10 +64,11 @@ return {'ok'}
     )
 });
 
-/// Appends one batch (seqs `first..=last`) as stream entry `<last>-0`, moves the head and rings
-/// the doorbell with the entry itself (`<first> <last> <data>`), so a follower that is caught up
-/// applies it without reading the stream. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`,
-/// `missing` without writing.
+/// Appends one batch (seqs `first..=last`) as stream entry `<last>-0`, moves the head and, when
+/// some replica follows the run (`watch`), rings the doorbell with the entry itself
+/// (`<first> <last> <data>`), so a follower that is caught up applies it without reading the
+/// stream. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`, `missing`
+/// without writing.
 ///
 /// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell, publish command.
 pub static APPEND: LazyLock<Script> = LazyLock::new(|| {
@@ -69,7 +76,7 @@ pub static APPEND: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local m, s = KEYS[1], KEYS[2]
 local first, last = tonumber(ARGV[2]), tonumber(ARGV[3])
-local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'stop')
+local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'stop', 'watch')
 if not st[1] then return {'missing'} end
 if st[1] ~= 'live' then return {'ended'} end
 if st[2] ~= ARGV[1] then return {'fenced'} end
@@ -78,7 +85,9 @@ if head >= last then return {'dup', st[4] or ''} end
 if head ~= first - 1 then return {'gap'} end
 redis.call('XADD', s, 'MINID', '~', ARGV[5], last .. '-0', 'f', first, 'd', ARGV[4])
 redis.call('HSET', m, 'head', last)
-redis.call(ARGV[7], ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+if st[5] then
+  redis.call(ARGV[7], ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
+end
 return {'ok', st[4] or ''}
 "#,
     )
@@ -113,7 +122,7 @@ pub static END: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local chat, m, s, k = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'end', 'end_seq')
+local st = redis.call('HMGET', m, 'state', 'lease', 'head', 'end', 'end_seq', 'watch')
 if not st[1] then return {'missing'} end
 if st[1] == 'ended' then return {'ended', st[4], st[5]} end
 if st[2] ~= ARGV[1] then return {'fenced'} end
@@ -123,24 +132,31 @@ redis.call('HSET', m, 'state', 'ended', 'end', ARGV[2], 'end_seq', head, 'produc
 local ret = tonumber(ARGV[3])
 for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ret) end
 if redis.call('HGET', chat, 'run') == ARGV[5] then redis.call('PEXPIRE', chat, ret) end
-redis.call(ARGV[7], ARGV[4], 'end')
+if st[6] then redis.call(ARGV[7], ARGV[4], 'end') end
 return {'ok', ARGV[2], head}
 "#,
     )
 });
 
-/// The lease tick of a live run: refreshes its keys' TTL and returns its stop flag.
+/// The lease tick of a live run: refreshes its keys' TTL, clears a lapsed `watch` and returns
+/// its stop flag.
 ///
 /// KEYS: chat, m, s, k. ARGV: lease, ttl ms, run.
 pub static TOUCH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local chat, m, s, k = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local st = redis.call('HMGET', m, 'state', 'lease', 'stop', 'end', 'end_seq')
+local st = redis.call('HMGET', m, 'state', 'lease', 'stop', 'end', 'end_seq', 'watch')
 if not st[1] then return {'missing'} end
 if st[1] ~= 'live' then return {'ended', st[4], st[5]} end
 if st[2] ~= ARGV[1] then return {'fenced'} end
 local ttl = tonumber(ARGV[2])
+if st[6] then
+  local t = redis.call('TIME')
+  if tonumber(st[6]) < t[1] * 1000 + math.floor(t[2] / 1000) then
+    redis.call('HDEL', m, 'watch')
+  end
+end
 for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ttl) end
 if redis.call('HGET', chat, 'run') == ARGV[3] then redis.call('PEXPIRE', chat, ttl) end
 return {'ok', st[3] or ''}
@@ -158,6 +174,24 @@ local st = redis.call('HMGET', KEYS[1], 'state', 'producer')
 if st[1] ~= 'live' then return {'ended'} end
 redis.call('HSET', KEYS[1], 'stop', ARGV[1])
 return {'live', st[2]}
+"#,
+    )
+});
+
+/// A follower's interest in a live run: `watch` moves to at least `ttl` ms from now (server
+/// time), so the producer rings the doorbell until then. Returns 0 when the run is not live
+/// (nothing is written: an expired or ended run is not re-created).
+///
+/// KEYS: m. ARGV: ttl ms.
+pub static WATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local st = redis.call('HMGET', KEYS[1], 'state', 'watch')
+if st[1] ~= 'live' then return 0 end
+local t = redis.call('TIME')
+local til = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
+if not st[2] or tonumber(st[2]) < til then redis.call('HSET', KEYS[1], 'watch', til) end
+return 1
 "#,
     )
 });

@@ -1,8 +1,9 @@
-//! The producer side: the writer task of a run produced here, fed by its
-//! [`Recorder`](super::recorder::Recorder); the producer never waits for Redis.
+//! The producer side: the writer task of a run produced here; the producer never waits for
+//! Redis. Batches go from the [`Recorder`](super::recorder::Recorder) through the run's append
+//! lane ([`super::lane`]) without this task; it makes the run live, writes checkpoints, the end,
+//! aliases and lease ticks, and handles what the lane reports.
 //!
-//! The writer holds one script call in flight; batches queued meanwhile are coalesced into the
-//! next. A full queue or a failed call degrades the journal for the run: it drops what it cannot
+//! A full queue or a failed call degrades the journal for the run: it drops what it cannot
 //! write and, once Redis answers again, re-bases (checkpoint at the local head, head moved
 //! there), so followers re-seed instead of seeing a gap. Checkpoints are written when half a
 //! window of events or max(64 KiB, half the last checkpoint) of bytes came since the last one.
@@ -19,14 +20,12 @@ mod rebase;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
+use super::lane::{Target, Trouble};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
 use super::{scripts, Cluster, RunKeys, WriteResult, CALL_TIMEOUT};
 use crate::auth::Owner;
 use crate::journal::{End, EndReason, Journal};
-
-/// Bytes of batches coalesced into one append at most.
-const MAX_WRITE: usize = 1 << 20;
 use crate::run::Run;
 
 /// What the writer needs besides the run: where it lives in Redis and its metadata.
@@ -48,12 +47,6 @@ struct Writer {
     core: Arc<Core>,
     /// Whether the run is written in Redis under this lease (go-live or re-base done).
     live: bool,
-    /// The last seq written to Redis.
-    head: u64,
-    ckpt: u64,
-    since_events: u64,
-    since_bytes: usize,
-    last_ckpt: usize,
     /// Redis has this run's end (or refused it to us): nothing more is written but `done`.
     ended: bool,
     producer_done: bool,
@@ -67,6 +60,15 @@ pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Met
     cluster.producing(&run);
     let keys = RunKeys::new(&meta.scope, run.id());
     let id_key = super::id_key(&meta.owner, run.id());
+    inbox.core.lane.target(Target {
+        m: keys.m.clone(),
+        s: keys.s.clone(),
+        bell: keys.bell.clone(),
+        publish: cluster.publish_command(),
+        lease: cluster.lease.clone(),
+        window: cluster.window as u64,
+        pipe: cluster.pipe.sender(),
+    });
     let w = Writer {
         cluster,
         run,
@@ -74,11 +76,6 @@ pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Met
         keys,
         core: inbox.core,
         live: false,
-        head: 0,
-        ckpt: 0,
-        since_events: 0,
-        since_bytes: 0,
-        last_ckpt: 0,
         ended: false,
         producer_done: false,
         pending_end: None,
@@ -98,34 +95,43 @@ impl Writer {
 
     async fn run(mut self, mut rx: mpsc::Receiver<Msg>) {
         let mut tick = tokio::time::interval(self.cluster.cfg.lease / 3);
+        let lane = self.core.lane.clone();
         loop {
             let mut msgs = Vec::new();
+            let mut ticked = false;
             tokio::select! {
                 m = rx.recv() => match m {
                     Some(m) => msgs.push(m),
                     None => break,
                 },
-                _ = tick.tick() => {}
+                _ = tick.tick() => ticked = true,
+                _ = lane.wake.notified() => {}
             }
             while let Ok(m) = rx.try_recv() {
                 msgs.push(m);
             }
-            if msgs.is_empty() && !self.ended {
+            let (trouble, stop) = lane.take_news();
+            self.stop_flag(stop.as_ref());
+            if trouble == Some(Trouble::Stored) && !self.ended {
+                self.fetch_end().await;
+            }
+            if ticked && msgs.is_empty() && !self.ended {
                 self.lease_tick().await;
             }
             if let Some((end, deadline)) = self.pending_end.take() {
                 self.retry_end(end, deadline, true).await;
-            } else if !self.ended && (!self.live || self.core.lost.load(Ordering::Relaxed)) {
+            } else if !self.ended && (!self.live || lane.lost.load(Ordering::Relaxed)) {
                 self.rebase().await;
             }
             self.process(msgs).await;
             if self.live && !self.ended {
-                self.maybe_checkpoint(&mut rx).await;
+                self.maybe_checkpoint().await;
             }
             if self.producer_done && self.ended {
                 break;
             }
         }
+        self.core.lane.close();
         self.cluster.produced(self.run.id());
         self.cluster
             .unregister_run(&self.meta.scope, self.run.id())
@@ -134,7 +140,7 @@ impl Writer {
 
     /// Calls a script through the replica's write pipeline with a timeout, counting it and the
     /// journal's health.
-    async fn call(&self, inv: &Inv) -> redis::RedisResult<Vec<Bytes>> {
+    async fn call(&self, inv: Inv) -> redis::RedisResult<Vec<Bytes>> {
         let t = tokio::time::Instant::now();
         let r: redis::RedisResult<Vec<Vec<u8>>> =
             tokio::time::timeout(CALL_TIMEOUT, self.cluster.pipe.call(inv))
@@ -155,41 +161,9 @@ impl Writer {
     }
 
     async fn process(&mut self, msgs: Vec<Msg>) {
-        let mut data = BytesMut::new();
-        let (mut first, mut last, mut n) = (0u64, 0u64, 0u64);
         for m in msgs {
             match m {
-                Msg::Batch {
-                    first: f,
-                    events,
-                    raw_first,
-                    raw,
-                } => {
-                    let l = f + events.len() as u64 - 1;
-                    if self.ended || !self.live || l <= self.head {
-                        continue;
-                    }
-                    if n == 0 {
-                        first = f;
-                    }
-                    let mut b = BytesMut::new();
-                    codec::encode_batch(&mut b, &events, raw_first, &raw);
-                    // Entries are per coalesced write: one entry holds several batches.
-                    data.extend_from_slice(&(b.len() as u32).to_le_bytes());
-                    data.extend_from_slice(&b);
-                    (last, n) = (l, n + 1);
-                    if data.len() >= MAX_WRITE {
-                        self.append(first, last, data.split().freeze()).await;
-                        n = 0;
-                    }
-                }
-                Msg::End(end) => {
-                    if n > 0 {
-                        self.append(first, last, data.split().freeze()).await;
-                        n = 0;
-                    }
-                    self.write_end(end).await;
-                }
+                Msg::End(end) => self.write_end(end).await,
                 Msg::Done => {
                     self.producer_done = true;
                     self.done().await;
@@ -201,50 +175,6 @@ impl Writer {
                     }
                 }
             }
-        }
-        if n > 0 {
-            self.append(first, last, data.freeze()).await;
-        }
-    }
-
-    async fn append(&mut self, first: u64, last: u64, data: Bytes) {
-        if self.ended || !self.live {
-            return;
-        }
-        if first != self.head + 1 {
-            self.core.lost.store(true, Ordering::Relaxed);
-            return;
-        }
-        let win = self.cluster.window as u64;
-        let minid = (last + 1).saturating_sub(win).min(self.ckpt + 1).max(1);
-        let len = data.len();
-        let r = self
-            .call(
-                Inv::new(&scripts::APPEND)
-                    .key(&self.keys.m)
-                    .key(&self.keys.s)
-                    .arg(&self.cluster.lease)
-                    .arg(first)
-                    .arg(last)
-                    .arg(&data[..])
-                    .arg(minid)
-                    .arg(&self.keys.bell)
-                    .arg(self.cluster.publish_command()),
-            )
-            .await;
-        let Ok(v) = r else {
-            self.core.lost.store(true, Ordering::Relaxed);
-            return;
-        };
-        match v.first().map(|b| &b[..]) {
-            Some(b"ok") | Some(b"dup") => {
-                self.head = last;
-                self.since_events += last + 1 - first;
-                self.since_bytes += len;
-                self.stop_flag(v.get(1));
-            }
-            Some(b"ended") | Some(b"fenced") => self.fetch_end().await,
-            _ => self.core.lost.store(true, Ordering::Relaxed),
         }
     }
 
@@ -287,47 +217,40 @@ impl Writer {
         if !self.live {
             return;
         }
+        let k = &self.keys;
         let r = self
             .call(
-                Inv::new(&scripts::TOUCH)
-                    .key(&self.keys.chat)
-                    .key(&self.keys.m)
-                    .key(&self.keys.s)
-                    .key(&self.keys.k)
+                Inv::new(&scripts::TOUCH, &[&k.chat, &k.m, &k.s, &k.k])
                     .arg(&self.cluster.lease)
                     .arg(self.ttl_ms())
                     .arg(self.run.id()),
             )
             .await;
         match r {
-            Err(_) => self.core.lost.store(true, Ordering::Relaxed),
+            Err(_) => self.core.lane.lost.store(true, Ordering::Relaxed),
             Ok(v) => match v.first().map(|b| &b[..]) {
                 Some(b"ok") => {
                     self.stop_flag(v.get(1));
                     self.index_ids().await;
                 }
-                Some(b"missing") => self.core.lost.store(true, Ordering::Relaxed),
+                Some(b"missing") => self.core.lane.lost.store(true, Ordering::Relaxed),
                 _ => self.settle_stored(&v),
             },
         }
     }
 
-    async fn maybe_checkpoint(&mut self, rx: &mut mpsc::Receiver<Msg>) {
-        let half = (self.cluster.window as u64 / 2).max(1);
-        let bytes = (64 << 10).max(self.last_ckpt / 2);
-        if self.since_events < half && self.since_bytes < bytes {
+    /// Writes a checkpoint at the local head when one is due, once Redis has the batches up to
+    /// it (the lane's call in flight answered).
+    async fn maybe_checkpoint(&mut self) {
+        let lane = &self.core.lane;
+        if !lane.checkpoint_due() {
             return;
         }
-        let (cap, raw_end, queued) = {
+        let (cap, raw_end) = {
             let _order = self.core.order.lock();
-            let mut queued = Vec::new();
-            while let Ok(m) = rx.try_recv() {
-                queued.push(m);
-            }
-            (self.core.inner.capture(), self.core.inner.raw_end(), queued)
+            (self.core.inner.capture(), self.core.inner.raw_end())
         };
-        self.process(queued).await;
-        if self.ended || self.head < cap.seq || cap.seq <= self.ckpt {
+        if !lane.wait_for(cap.seq).await {
             return;
         }
         let mut b = BytesMut::with_capacity(cap.history.len());
@@ -339,11 +262,10 @@ impl Writer {
             named: cap.named,
             body: b.freeze(),
         });
+        let k = &self.keys;
         let r = self
             .call(
-                Inv::new(&scripts::CHECKPOINT)
-                    .key(&self.keys.m)
-                    .key(&self.keys.k)
+                Inv::new(&scripts::CHECKPOINT, &[&k.m, &k.k])
                     .arg(&self.cluster.lease)
                     .arg(cap.seq)
                     .arg(&value[..])
@@ -351,9 +273,7 @@ impl Writer {
             )
             .await;
         if matches!(&r, Ok(v) if v.first().map(|b| &b[..]) == Some(b"ok")) {
-            self.ckpt = cap.seq;
-            (self.since_events, self.since_bytes) = (0, 0);
-            self.last_ckpt = value.len();
+            lane.checkpointed(cap.seq, value.len());
         }
     }
 }

@@ -63,18 +63,22 @@ impl Writer {
         if self.ended {
             return;
         }
-        if !self.live || self.head < end.seq || self.core.lost.load(Ordering::Relaxed) {
+        // Every batch before the end goes first (the lane's calls in flight answered).
+        let lane = self.core.lane.clone();
+        let mut acked = self.live && lane.wait_for(end.seq).await;
+        if !acked || lane.lost.load(Ordering::Relaxed) {
             self.rebase().await;
             if self.ended {
                 return;
             }
+            acked = self.live && lane.wait_for(end.seq).await;
         }
-        let written = self.live
+        let written = acked
             && match self.call_end(&end).await {
                 Ok(v) => match v.first().map(|b| &b[..]) {
                     // Redis lost the run (restarted empty): re-base, then end it.
                     Some(b"missing") => {
-                        self.core.lost.store(true, Ordering::Relaxed);
+                        self.core.lane.lost.store(true, Ordering::Relaxed);
                         false
                     }
                     _ => true,
@@ -95,12 +99,9 @@ impl Writer {
     }
 
     async fn call_end(&self, end: &End) -> redis::RedisResult<Vec<Bytes>> {
+        let k = &self.keys;
         self.call(
-            Inv::new(&scripts::END)
-                .key(&self.keys.chat)
-                .key(&self.keys.m)
-                .key(&self.keys.s)
-                .key(&self.keys.k)
+            Inv::new(&scripts::END, &[&k.chat, &k.m, &k.s, &k.k])
                 .arg(&self.cluster.lease)
                 .arg(codec::encode_end(end))
                 .arg(self.cluster.retention.as_millis() as u64)

@@ -17,11 +17,15 @@ impl Writer {
     /// Writes the run (again) at the local head: at go-live, after a degraded spell, or when
     /// Redis lost it. Batches already queued up to that head are skipped afterwards.
     pub(super) async fn rebase(&mut self) {
+        let lane = self.core.lane.clone();
+        // No call of the lane's may land after the re-base's.
+        lane.close();
+        lane.idle().await;
         let (cap, raw_end) = {
             let _order = self.core.order.lock();
-            // A first go-live with nothing lost starts at seq 0: every batch is still queued,
-            // so the stream holds the whole window (a cursor replays on any replica).
-            let lost = self.core.lost.swap(false, Ordering::Relaxed);
+            // A first go-live with nothing lost starts at seq 0: every batch is still in the
+            // lane, so the stream holds the whole window (a cursor replays on any replica).
+            let lost = lane.lost.swap(false, Ordering::Relaxed);
             match (self.live, lost) {
                 (false, false) => (
                     SnapshotCapture {
@@ -33,7 +37,11 @@ impl Writer {
                     },
                     0,
                 ),
-                _ => (self.core.inner.capture(), self.core.inner.raw_end()),
+                _ => {
+                    let cap = self.core.inner.capture();
+                    lane.reset(cap.seq);
+                    (cap, self.core.inner.raw_end())
+                }
             }
         };
         // Listed for the reaper (with this replica's liveness written first) before the run is.
@@ -44,7 +52,7 @@ impl Writer {
             .is_err()
         {
             self.cluster.health(false);
-            self.core.lost.store(true, Ordering::Relaxed);
+            lane.lost.store(true, Ordering::Relaxed);
             return;
         }
         let mut conn = self.cluster.conn();
@@ -54,7 +62,7 @@ impl Writer {
                     Ok(Ok(p)) => p,
                     _ => {
                         self.cluster.health(false);
-                        self.core.lost.store(true, Ordering::Relaxed);
+                        lane.lost.store(true, Ordering::Relaxed);
                         return;
                     }
                 };
@@ -77,15 +85,10 @@ impl Writer {
             let mode = if self.live { "rebase" } else { "live" };
             let superseded = codec::encode_end(&End::superseded(self.run.id()));
             let c = &self.cluster;
+            let k = &self.keys;
             let r = self
                 .call(
-                    Inv::new(&scripts::UPSERT)
-                        .key(&self.keys.chat)
-                        .key(&self.keys.m)
-                        .key(&self.keys.s)
-                        .key(&self.keys.k)
-                        .key(&pk.m)
-                        .key(&pk.s)
+                    Inv::new(&scripts::UPSERT, &[&k.chat, &k.m, &k.s, &k.k, &pk.m, &pk.s])
                         .arg(mode)
                         .arg(self.run.id())
                         .arg(&prev)
@@ -104,7 +107,7 @@ impl Writer {
                 )
                 .await;
             let Ok(v) = r else {
-                self.core.lost.store(true, Ordering::Relaxed);
+                lane.lost.store(true, Ordering::Relaxed);
                 return;
             };
             match v.first().map(|b| &b[..]) {
@@ -118,9 +121,7 @@ impl Writer {
                     }
                     self.live = true;
                     self.run.set_journaled();
-                    (self.head, self.ckpt) = (cap.seq, cap.seq);
-                    (self.since_events, self.since_bytes) = (0, 0);
-                    self.last_ckpt = body.len();
+                    lane.open(cap.seq, cap.seq, body.len());
                     self.index_ids().await;
                     return;
                 }

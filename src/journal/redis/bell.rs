@@ -1,0 +1,199 @@
+//! A doorbell's wake-up on the follower side ([`Bell`]) and the stream entry a doorbell
+//! carries (`<first> <last> <data>`): applied to the mirror where it arrives when it follows on,
+//! queued for the follower task otherwise.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::Notify;
+
+use super::follower;
+use crate::journal::memory::MemoryJournal;
+use crate::journal::Journal;
+
+/// Doorbell messages a follower may have waiting before it reads the stream instead.
+const BELL_QUEUE: usize = 256;
+
+/// A subscribed channel's wake-up, with the messages rung since the follower last looked.
+///
+/// Once its follower has seeded the mirror ([`Bell::follow_on`]), a doorbell that carries the
+/// entry following the mirror's head is applied right where it arrives, in the push
+/// connection's task, without waking the follower; anything else (an end, a gap, a message while
+/// earlier ones wait for the follower) queues for the follower as before.
+#[derive(Default)]
+pub(crate) struct Bell {
+    pub(crate) notify: Notify,
+    queue: Mutex<Vec<Bytes>>,
+    /// Messages were dropped (queue full, connection lost): the follower reads the stream.
+    behind: AtomicBool,
+    /// The mirror doorbells are applied to directly, while the follower is not re-seeding it.
+    sink: Mutex<Option<Sink>>,
+    /// Doorbells applied directly since the follower last looked.
+    applied: AtomicU64,
+}
+
+/// Where a [`Bell`] applies the entries it carries: the mirror and its checkpoint's seq.
+struct Sink {
+    journal: Arc<MemoryJournal>,
+    ckpt: u64,
+}
+
+impl Bell {
+    pub(super) fn ring(&self, msg: Option<Bytes>) {
+        if let Some(m) = &msg {
+            if self.apply(m) {
+                return;
+            }
+        }
+        {
+            let mut q = self.queue.lock();
+            match msg {
+                Some(m) if q.len() < BELL_QUEUE => q.push(m),
+                _ => {
+                    q.clear();
+                    self.behind.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Applies a doorbell's entry to the mirror when nothing waits for the follower and the
+    /// entry follows on (or is already held); false when the follower must see it.
+    fn apply(&self, msg: &Bytes) -> bool {
+        let sink = self.sink.lock();
+        let Some(s) = sink.as_ref() else {
+            return false;
+        };
+        if self.behind.load(Ordering::Relaxed) || !self.queue.lock().is_empty() {
+            return false;
+        }
+        let ok = apply_entry(&s.journal, msg, s.ckpt);
+        if ok {
+            self.applied.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    /// Lets doorbells apply to `journal` (seeded from the checkpoint at `ckpt`) directly, or
+    /// stops that (`None`) while the follower re-seeds it.
+    pub(crate) fn follow_on(&self, to: Option<(Arc<MemoryJournal>, u64)>) {
+        *self.sink.lock() = to.map(|(journal, ckpt)| Sink { journal, ckpt });
+    }
+
+    /// The messages rung since the last call, and whether some were dropped.
+    pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
+        let q = std::mem::take(&mut *self.queue.lock());
+        (q, self.behind.swap(false, Ordering::Relaxed))
+    }
+
+    /// How many doorbells were applied directly since the last call.
+    pub(crate) fn take_applied(&self) -> u64 {
+        self.applied.swap(0, Ordering::Relaxed)
+    }
+}
+
+/// A doorbell carrying its stream entry: `<first> <last> <data>`.
+fn rung_entry(msg: &Bytes) -> Option<(u64, u64, Bytes)> {
+    let sp = |from: usize| {
+        msg[from..]
+            .iter()
+            .position(|&b| b == b' ')
+            .map(|i| i + from)
+    };
+    let a = sp(0)?;
+    let b = sp(a + 1)?;
+    let num = |r: &[u8]| std::str::from_utf8(r).ok()?.parse::<u64>().ok();
+    Some((num(&msg[..a])?, num(&msg[a + 1..b])?, msg.slice(b + 1..)))
+}
+
+/// Applies the entry a doorbell carried to the mirror `j` (seeded from the checkpoint at
+/// `ckpt`); true when it is applied or already held, false when the stream must be read (a
+/// message without its entry, such as an end, one past the mirror's head, a bad entry).
+pub(super) fn apply_entry(j: &MemoryJournal, msg: &Bytes, ckpt: u64) -> bool {
+    let Some((first, last, data)) = rung_entry(msg) else {
+        return false;
+    };
+    let head = j.head();
+    last <= head || (first <= head + 1 && follower::apply_data(j, first, data, ckpt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compact::Compactor;
+    use crate::format::Event;
+    use crate::journal::redis::codec;
+    use bytes::BytesMut;
+
+    /// A doorbell carrying `n` events from seq `first`, as the append script rings it.
+    fn entry(first: u64, n: u64) -> Bytes {
+        let events: Vec<Event> = (0..n)
+            .map(|i| Event {
+                json: Bytes::from(format!("{{\"i\":{}}}", first + i)),
+                ty: 0..0,
+                name: 0..0,
+                merge: None,
+                terminal: false,
+                finish: false,
+                failure: None,
+                transient: false,
+                sse_name: None,
+            })
+            .collect();
+        let mut batch = BytesMut::new();
+        codec::encode_batch(&mut batch, &events, 0, &[]);
+        let mut msg = BytesMut::from(format!("{first} {} ", first + n - 1).as_bytes());
+        msg.extend_from_slice(&(batch.len() as u32).to_le_bytes());
+        msg.extend_from_slice(&batch);
+        msg.freeze()
+    }
+
+    #[test]
+    fn an_entry_that_follows_on_is_applied_where_it_arrives_and_a_gap_waits_for_the_follower() {
+        let j = Arc::new(MemoryJournal::mirror(
+            "r",
+            100,
+            None,
+            0,
+            Compactor::new(),
+            0,
+            false,
+        ));
+        let bell = Bell::default();
+        bell.ring(Some(entry(1, 2)));
+        assert_eq!(
+            (j.head(), bell.take().0.len()),
+            (0, 1),
+            "no mirror yet: queued"
+        );
+        bell.follow_on(Some((j.clone(), 0)));
+        bell.ring(Some(entry(1, 2)));
+        bell.ring(Some(entry(3, 1)));
+        bell.ring(Some(entry(2, 2)));
+        assert_eq!(j.head(), 3);
+        assert_eq!((bell.take().0.len(), bell.take_applied()), (0, 3));
+        bell.ring(Some(entry(6, 1)));
+        bell.ring(Some(entry(4, 1)));
+        assert_eq!(
+            j.head(),
+            3,
+            "a gap, and what comes after it, waits for the follower"
+        );
+        assert_eq!(bell.take().0.len(), 2);
+        bell.ring(Some(Bytes::from_static(b"end")));
+        assert_eq!(bell.take().0.len(), 1);
+    }
+
+    #[test]
+    fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
+        let msg = Bytes::from_static(b"7 9 a b\x00c");
+        let (first, last, data) = rung_entry(&msg).unwrap_or_default();
+        assert_eq!((first, last, &data[..]), (7, 9, &b"a b\x00c"[..]));
+        assert!(rung_entry(&Bytes::from_static(b"end")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"42")).is_none());
+        assert!(rung_entry(&Bytes::from_static(b"x 9 d")).is_none());
+    }
+}
