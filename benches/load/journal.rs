@@ -2,7 +2,8 @@
 //! redis-server of its own (free port, no persistence, stopped by its PID), tether without a
 //! journal, and two journaled replicas A and B: events/s of one full-speed stream; at `runs`
 //! streams x `rate` events/s the delivery delay on the producing replica A and, for observers
-//! attached to the same runs, on B; Redis commands per event (`INFO commandstats` before and
+//! attached to the same runs, on B (at a fifth of `runs` first, which leaves the machine
+//! headroom, then at `runs`); Redis commands per event (`INFO commandstats` before and
 //! after) and Redis bytes per completed run.
 
 use std::net::{SocketAddr, TcpListener};
@@ -13,7 +14,7 @@ use serde_json::json;
 
 use crate::client::Seen;
 use crate::producer::Producer;
-use crate::targets;
+use crate::targets::{self, Hop};
 use crate::Row;
 
 /// A redis-server of the benchmark's own.
@@ -167,14 +168,31 @@ pub async fn journal(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64)
         notes: String::new(),
     });
 
-    // `runs` streams at `rate`/s: delay on the memory-only tether, on A, and on B's observers.
+    // Two loads: one that leaves the machine headroom (a fifth of the streams), then `runs`.
+    for k in [(runs / 5).max(1), runs] {
+        rows.extend(paced(&redis, [&memory, &a, &b], k, rate, secs).await);
+    }
+    drop((memory, a, b));
+    rows
+}
+
+/// `runs` streams at `rate`/s for `secs`: the delivery delay on the memory-only tether, on the
+/// producing replica A, and on observers attached to A's runs through replica B.
+async fn paced(
+    redis: &Redis,
+    [memory, a, b]: [&Hop; 3],
+    runs: usize,
+    rate: u64,
+    secs: u64,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
     let n = rate * secs;
     for (name, hop) in [("memory", &memory), ("journal", &a)] {
         let calls0 = redis.calls();
         let cpu0 = (hop.cpu_seconds(), b.cpu_seconds());
         let tasks: Vec<_> = (0..runs)
             .map(|i| {
-                let (addr, chat) = (hop.addr, format!("s8-{name}-{i}"));
+                let (addr, chat) = (hop.addr, format!("s8-{runs}-{name}-{i}"));
                 let path = format!("/chat?n={n}&size=4&rate={rate}");
                 tokio::spawn(async move { stream(addr, &path, &chat, true).await })
             })
@@ -184,7 +202,7 @@ pub async fn journal(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64)
             tokio::time::sleep(Duration::from_secs(1)).await;
             (0..runs)
                 .map(|i| {
-                    let (addr, chat) = (b.addr, format!("s8-{name}-{i}"));
+                    let (addr, chat) = (b.addr, format!("s8-{runs}-{name}-{i}"));
                     tokio::spawn(async move { stream(addr, "/chat/live", &chat, true).await })
                 })
                 .collect()
@@ -239,6 +257,5 @@ pub async fn journal(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64)
             });
         }
     }
-    drop((memory, a, b));
     rows
 }
