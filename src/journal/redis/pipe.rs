@@ -140,12 +140,7 @@ enum Reply {
 
 /// Sends `batch` as one pipeline; calls whose script Redis does not know are sent again after
 /// loading it.
-async fn flush(
-    mut conn: Conn,
-    batch: Vec<Work>,
-    jm: JournalMetrics,
-    health: Arc<Health>,
-) {
+async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc<Health>) {
     let mut pipe = Pipeline::with_capacity(batch.len());
     pipe.ignore_errors();
     let mut outs: Vec<(&'static Script, Reply)> = Vec::with_capacity(batch.len());
