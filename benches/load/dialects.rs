@@ -95,7 +95,7 @@ pub async fn resume_first_byte(bin: &str, p: &Producer, n: u64) -> Vec<Row> {
     }
     let tether = targets::tether(bin, p.addr, &["--config", &conf.to_string_lossy()]);
     let chat = format!("s7-{n}");
-    let Some((c, seen)) = crate::scenarios::held_run(tether.addr, &chat, n, 16).await else {
+    let Some((c, seen)) = crate::recovery::held_run(tether.addr, &chat, n, 16).await else {
         return Vec::new();
     };
     let run = seen.run_id.clone().unwrap_or_default();

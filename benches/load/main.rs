@@ -15,6 +15,7 @@ mod dialects;
 mod journal;
 mod plot;
 mod producer;
+mod recovery;
 mod scenarios;
 mod soak;
 mod targets;
