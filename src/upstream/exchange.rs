@@ -2,7 +2,7 @@
 //! writes the request, reads the response head (1xx skipped), then hands out the body as slices
 //! of one read buffer, and says whether the connection can go back to the pool.
 //!
-//! The framing is [`wire`]'s; this file does the I/O. The read buffer starts at 4 KiB and grows
+//! The framing is [`wire`]'s; this file does the I/O. The read buffer starts at 1 KiB and grows
 //! (to 64 KiB) only when a read fills it, and each body read is split off it without a copy: the
 //! buffer's allocation comes back once the slices handed out are dropped. (Pingora's client
 //! session kept a 64 KiB body buffer per response and copied every read.)
@@ -19,11 +19,11 @@ use super::wire::{self, Decoder, Framing, Step};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 
 /// The read buffer's first size.
-const FIRST_READ: usize = 4 * 1024;
+const FIRST_READ: usize = 1024;
 /// The read buffer's largest size (a response head may take it a little over).
 const MAX_READ: usize = 64 * 1024;
 /// Below this much free room the buffer is reclaimed or replaced before a read.
-const MIN_SPARE: usize = 1024;
+const MIN_SPARE: usize = 512;
 
 /// The time limits of an exchange's start.
 #[derive(Debug, Clone, Copy)]
