@@ -58,6 +58,15 @@ pub use writer::{spawn as spawn_writer, Meta};
 /// How long one Redis call may take before it counts as failed (the journal degrades).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Runs one Redis call under [`CALL_TIMEOUT`]; a call that takes longer fails as an I/O error.
+async fn timed<T>(
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::time::timeout(CALL_TIMEOUT, f)
+        .await
+        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()))
+}
+
 /// The keys of one run.
 #[derive(Debug, Clone)]
 pub struct RunKeys {

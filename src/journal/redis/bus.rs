@@ -9,7 +9,7 @@ use bytes::Bytes;
 use log::info;
 use redis::{PushInfo, PushKind, Value};
 
-use super::{scripts, Bell, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{scripts, timed, Bell, Cluster, RunKeys};
 use crate::journal::EndReason;
 use crate::run::Run;
 
@@ -33,11 +33,7 @@ impl Cluster {
             .or_insert_with(|| Arc::new(Bell::default()))
             .clone();
         let mut bus = self.bus.clone();
-        tokio::time::timeout(CALL_TIMEOUT, bus.subscribe(channel))
-            .await
-            .map_err(|_| {
-                redis::RedisError::from((redis::ErrorKind::Io, "subscribe timed out"))
-            })??;
+        timed(bus.subscribe(channel)).await?;
         Ok(bell)
     }
 
@@ -45,7 +41,7 @@ impl Cluster {
     pub(crate) async fn unsubscribe(&self, channel: &str) {
         self.bells.remove(channel);
         let mut bus = self.bus.clone();
-        let _ = tokio::time::timeout(CALL_TIMEOUT, bus.unsubscribe(channel)).await;
+        let _ = timed(bus.unsubscribe(channel)).await;
     }
 
     /// Tells the producing replica of a mirror run to stop it: a durable flag on the run, then
@@ -57,15 +53,13 @@ impl Cluster {
         }
         let keys = RunKeys::new(scope, run.id());
         let mut c = self.conn();
-        let r: redis::RedisResult<Vec<String>> = tokio::time::timeout(
-            CALL_TIMEOUT,
+        let r: redis::RedisResult<Vec<String>> = timed(
             scripts::STOP
                 .key(&keys.m)
                 .arg(reason.as_str())
                 .invoke_async(&mut c),
         )
-        .await
-        .unwrap_or_else(|_| Err((redis::ErrorKind::Io, "timed out").into()));
+        .await;
         if let Ok(v) = r {
             if v.first().map(String::as_str) == Some("live") {
                 if let Some(producer) = v.get(1) {

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::bell::{apply_entry, Bell};
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, scripts, Cluster, RunKeys, CALL_TIMEOUT};
+use super::{owner_alive, scripts, timed, Cluster, RunKeys};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
@@ -32,18 +32,6 @@ use crate::run::Run;
 
 /// Stream entries read per call.
 const COUNT: usize = 1024;
-
-fn timed_out() -> redis::RedisError {
-    (redis::ErrorKind::Io, "timed out").into()
-}
-
-async fn timed<T>(
-    f: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> redis::RedisResult<T> {
-    tokio::time::timeout(CALL_TIMEOUT, f)
-        .await
-        .unwrap_or_else(|_| Err(timed_out()))
-}
 
 /// See [`Cluster::sync_chat`].
 pub(super) async fn sync_chat(c: &Arc<Cluster>, scope: &str, owner: Owner, run_id: Option<&str>) {

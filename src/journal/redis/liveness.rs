@@ -11,7 +11,7 @@ use std::sync::Weak;
 use log::info;
 use redis::AsyncCommands;
 
-use super::{codec, scripts, Cluster, Conn, RunKeys, CALL_TIMEOUT};
+use super::{codec, scripts, timed, Cluster, Conn, RunKeys};
 use crate::journal::{End, EndReason};
 
 /// The set naming every replica life (`<id>\n<lease>`) that may have live runs.
@@ -29,18 +29,6 @@ return redis.call('SMEMBERS', KEYS[2])
 "#,
     )
 });
-
-fn timed_out() -> redis::RedisError {
-    (redis::ErrorKind::Io, "timed out").into()
-}
-
-async fn timed<T>(
-    f: impl std::future::Future<Output = redis::RedisResult<T>>,
-) -> redis::RedisResult<T> {
-    tokio::time::timeout(CALL_TIMEOUT, f)
-        .await
-        .unwrap_or_else(|_| Err(timed_out()))
-}
 
 /// Whether the replica `producer` still holds lease `lease` (its liveness key says so).
 pub(crate) async fn owner_alive(

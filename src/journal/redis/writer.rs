@@ -23,7 +23,7 @@ use super::codec::{self, Checkpoint};
 use super::lane::{Target, Trouble};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
-use super::{scripts, Cluster, RunKeys, WriteResult, CALL_TIMEOUT};
+use super::{scripts, timed, Cluster, RunKeys, WriteResult};
 use crate::auth::Owner;
 use crate::journal::{End, EndReason, Journal};
 use crate::run::Run;
@@ -84,10 +84,6 @@ pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Met
     tokio::spawn(w.run(inbox.rx));
 }
 
-fn timed_out() -> redis::RedisError {
-    (redis::ErrorKind::Io, "timed out").into()
-}
-
 impl Writer {
     fn ttl_ms(&self) -> u64 {
         (self.cluster.cfg.lease + self.cluster.retention).as_millis() as u64
@@ -142,11 +138,9 @@ impl Writer {
     /// journal's health.
     async fn call(&self, inv: Inv) -> redis::RedisResult<Vec<Bytes>> {
         let t = tokio::time::Instant::now();
-        let r: redis::RedisResult<Vec<Vec<u8>>> =
-            tokio::time::timeout(CALL_TIMEOUT, self.cluster.pipe.call(inv))
-                .await
-                .unwrap_or_else(|_| Err(timed_out()))
-                .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from));
+        let r: redis::RedisResult<Vec<Vec<u8>>> = timed(self.cluster.pipe.call(inv))
+            .await
+            .and_then(|v| redis::from_redis_value(v).map_err(redis::RedisError::from));
         let jm = &self.cluster.jm;
         jm.write_seconds.observe(t.elapsed().as_secs_f64());
         let result = match &r {
@@ -198,8 +192,7 @@ impl Writer {
         let value = format!("{}\n{}", self.meta.scope, self.run.id());
         let ttl = self.ttl_ms();
         for key in &self.ids {
-            let _: redis::RedisResult<()> = tokio::time::timeout(
-                CALL_TIMEOUT,
+            let _: redis::RedisResult<()> = timed(
                 redis::cmd("SET")
                     .arg(key)
                     .arg(&value)
@@ -207,8 +200,7 @@ impl Writer {
                     .arg(ttl)
                     .query_async(&mut c),
             )
-            .await
-            .unwrap_or_else(|_| Err(timed_out()));
+            .await;
         }
     }
 

@@ -9,24 +9,22 @@ use log::{info, warn};
 use tokio::time::Instant;
 
 use super::super::pipe::Inv;
-use super::super::{codec, scripts, CALL_TIMEOUT};
-use super::{timed_out, Writer};
+use super::super::{codec, scripts, timed};
+use super::Writer;
 use crate::journal::{End, EndReason};
 
 impl Writer {
     /// Reads the end another actor wrote and settles the local run with it.
     pub(super) async fn fetch_end(&mut self) {
         let mut c = self.cluster.conn();
-        let r: redis::RedisResult<(Option<String>, Option<u64>)> = tokio::time::timeout(
-            CALL_TIMEOUT,
+        let r: redis::RedisResult<(Option<String>, Option<u64>)> = timed(
             redis::cmd("HMGET")
                 .arg(&self.keys.m)
                 .arg("end")
                 .arg("end_seq")
                 .query_async(&mut c),
         )
-        .await
-        .unwrap_or_else(|_| Err(timed_out()));
+        .await;
         let end = match r {
             Ok((Some(j), Some(seq))) => codec::decode_end(j.as_bytes(), seq),
             _ => None,
@@ -116,15 +114,13 @@ impl Writer {
     /// The producer finished: stop-waiters on other replicas see `producing = 0`.
     pub(super) async fn done(&mut self) {
         let mut c = self.cluster.conn();
-        let _: redis::RedisResult<()> = tokio::time::timeout(
-            CALL_TIMEOUT,
+        let _: redis::RedisResult<()> = timed(
             redis::Script::new(
                 "if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'producing', 0) end",
             )
             .key(&self.keys.m)
-            .invoke_async(&mut c),
+            .invoke_async(&mut c)
         )
-        .await
-        .unwrap_or_else(|_| Err(timed_out()));
+        .await;
     }
 }

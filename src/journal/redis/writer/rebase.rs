@@ -9,7 +9,7 @@ use redis::AsyncCommands;
 
 use super::super::codec::{self, Checkpoint};
 use super::super::pipe::Inv;
-use super::super::{scripts, RunKeys, CALL_TIMEOUT};
+use super::super::{scripts, timed, RunKeys};
 use super::Writer;
 use crate::journal::{End, EndReason, Journal, SnapshotCapture};
 
@@ -57,15 +57,14 @@ impl Writer {
         }
         let mut conn = self.cluster.conn();
         for _ in 0..3 {
-            let prev: Option<String> =
-                match tokio::time::timeout(CALL_TIMEOUT, conn.hget(&self.keys.chat, "run")).await {
-                    Ok(Ok(p)) => p,
-                    _ => {
-                        self.cluster.health(false);
-                        lane.lost.store(true, Ordering::Relaxed);
-                        return;
-                    }
-                };
+            let prev: Option<String> = match timed(conn.hget(&self.keys.chat, "run")).await {
+                Ok(p) => p,
+                Err(_) => {
+                    self.cluster.health(false);
+                    lane.lost.store(true, Ordering::Relaxed);
+                    return;
+                }
+            };
             let prev = prev.unwrap_or_default();
             let pk = RunKeys::new(&self.meta.scope, &prev);
             let body = match cap.seq {
