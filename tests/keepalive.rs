@@ -65,38 +65,34 @@ async fn an_answer_that_says_connection_close_is_not_reused() {
     assert_eq!(connections_for_three_turns(&events, script).await, 3);
 }
 
-#[tokio::test]
-async fn bytes_past_a_content_length_answer_keep_its_connection_out_of_the_pool() {
-    let events = turn(6);
+/// A backend answer of `events` framed by Content-Length, with `after` sent past its end.
+fn content_length_answer(events: &[Value], after: &[u8]) -> Vec<Step> {
     let body: Vec<u8> = events.iter().flat_map(|e| sse(e).to_vec()).collect();
-    let mut wire = body.clone();
-    wire.extend_from_slice(b"HTTP/1.1 200 JUNK\r\n\r\n");
-    let script = vec![
+    let len = body.len();
+    let mut wire = body;
+    wire.extend_from_slice(after);
+    vec![
         Step::Head(
             200,
             vec![
                 ("content-type", "text/event-stream".into()),
-                ("content-length", body.len().to_string()),
+                ("content-length", len.to_string()),
             ],
         ),
         Step::Raw(Bytes::from(wire)),
-    ];
+    ]
+}
+
+#[tokio::test]
+async fn bytes_past_a_content_length_answer_keep_its_connection_out_of_the_pool() {
+    let events = turn(6);
+    let script = content_length_answer(&events, b"HTTP/1.1 200 JUNK\r\n\r\n");
     assert_eq!(connections_for_three_turns(&events, script).await, 3);
 }
 
 #[tokio::test]
 async fn a_content_length_answer_read_to_its_end_is_reused() {
     let events = turn(6);
-    let body: Vec<u8> = events.iter().flat_map(|e| sse(e).to_vec()).collect();
-    let script = vec![
-        Step::Head(
-            200,
-            vec![
-                ("content-type", "text/event-stream".into()),
-                ("content-length", body.len().to_string()),
-            ],
-        ),
-        Step::Raw(Bytes::from(body)),
-    ];
+    let script = content_length_answer(&events, b"");
     assert_eq!(connections_for_three_turns(&events, script).await, 1);
 }
