@@ -167,7 +167,7 @@ impl Lane {
         }
         let (first, last) = (st.first, st.last);
         let minid = (last + 1).saturating_sub(t.window).min(st.ckpt + 1).max(1);
-        let mut cmd = Cmd::with_capacity(10, st.data.len() + 160);
+        let mut cmd = Cmd::with_capacity(12, st.data.len() + 160);
         cmd.arg("EVALSHA")
             .arg(scripts::APPEND.get_hash())
             .arg(2)
