@@ -9,6 +9,7 @@
 pub mod memory;
 pub mod raw;
 pub mod redis;
+pub mod window;
 
 use std::fmt::Debug;
 

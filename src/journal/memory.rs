@@ -1,18 +1,16 @@
 //! The in-process journal: a window of encoded protocol-1 frames, the compacted history and the
 //! terminal state under one lock, and a `watch` that wakes readers once per batch.
 //!
-//! Every event is encoded once, at append, as its protocol-1 `STREAM_EVENT` frame and shared by
-//! every observer. A snapshot is captured under the lock without copying any text and serialized
+//! Every event is encoded once, at append, as its protocol-1 `STREAM_EVENT` frame, straight into
+//! the run's [`Window`] (frames back to back in shared blocks), and shared by every observer. A snapshot is captured under the lock without copying any text and serialized
 //! outside it.
 
-use std::collections::VecDeque;
-
-use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::raw::{Frame, RawLog, Seek};
+use super::window::Window;
 use super::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::compact::Compactor;
 use crate::dialect::protocol1::EventEncoder;
@@ -24,8 +22,7 @@ pub const DEFAULT_WINDOW: usize = 4096;
 #[derive(Debug)]
 struct State {
     head: u64,
-    window: VecDeque<(Bytes, Instant)>,
-    window_bytes: usize,
+    window: Window,
     history: Compactor,
     end: Option<End>,
     raw: Option<RawLog>,
@@ -33,7 +30,9 @@ struct State {
 
 impl State {
     fn held(&self) -> usize {
-        self.window_bytes + self.history.allocated() + self.raw.as_ref().map_or(0, RawLog::held)
+        self.window.allocated()
+            + self.history.allocated()
+            + self.raw.as_ref().map_or(0, RawLog::held)
     }
 }
 
@@ -41,7 +40,6 @@ impl State {
 #[derive(Debug)]
 pub struct MemoryJournal {
     encoder: EventEncoder,
-    window_cap: usize,
     state: Mutex<State>,
     wake: watch::Sender<u64>,
 }
@@ -56,11 +54,9 @@ impl MemoryJournal {
     pub fn with_raw(run_id: &str, window: usize, raw_cap: Option<usize>) -> Self {
         MemoryJournal {
             encoder: EventEncoder::new(run_id),
-            window_cap: window.max(1),
             state: Mutex::new(State {
                 head: 0,
-                window: VecDeque::new(),
-                window_bytes: 0,
+                window: Window::new(window, 1),
                 history: Compactor::new(),
                 end: None,
                 raw: raw_cap.map(RawLog::new),
@@ -91,6 +87,7 @@ impl MemoryJournal {
         {
             let mut st = j.state.lock();
             st.head = at;
+            st.window = Window::new(window, at + 1);
             st.history = history;
             st.raw = raw_cap.map(|cap| RawLog::starting_at(cap, raw_first, named));
         }
@@ -118,23 +115,11 @@ impl MemoryJournal {
         }
         let skip = (st.head + 1 - first) as usize;
         let now = Instant::now();
-        let mut buf = BytesMut::new();
         let mut n = 0;
         for e in events.iter().skip(skip) {
             st.head += 1;
             let head = st.head;
-            match &e.sse_name {
-                None => self.encoder.write(&mut buf, head, &e.json),
-                Some(name) => self.encoder.write_named(&mut buf, head, &e.json, name),
-            }
-            let frame = buf.split().freeze();
-            st.window_bytes += frame.len();
-            st.window.push_back((frame, now));
-            if st.window.len() > self.window_cap {
-                if let Some((old, _)) = st.window.pop_front() {
-                    st.window_bytes -= old.len();
-                }
-            }
+            self.encode(&mut st.window, head, e, now);
             if head > history_after {
                 st.history.push(e);
             }
@@ -171,6 +156,22 @@ impl MemoryJournal {
     }
 }
 
+impl MemoryJournal {
+    /// Encodes event `e` as frame `seq` straight into the window.
+    fn encode(&self, window: &mut Window, seq: u64, e: &Event, now: Instant) {
+        match &e.sse_name {
+            None => window.push(self.encoder.max_len(e.json.len()), now, |b| {
+                self.encoder.write(b, seq, &e.json)
+            }),
+            Some(n) => window.push(
+                self.encoder.max_len_named(e.json.len(), n.len()),
+                now,
+                |b| self.encoder.write_named(b, seq, &e.json, n),
+            ),
+        }
+    }
+}
+
 impl Journal for MemoryJournal {
     fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
         if events.is_empty() {
@@ -182,30 +183,10 @@ impl Journal for MemoryJournal {
             return Appended::default();
         }
         let before = st.held() as isize;
-        let total: usize = events
-            .iter()
-            .map(|e| match &e.sse_name {
-                None => self.encoder.max_len(e.json.len()),
-                Some(n) => self.encoder.max_len_named(e.json.len(), n.len()),
-            })
-            .sum();
-        // One allocation for the whole batch; each frame is a shared slice of it.
-        let mut buf = BytesMut::with_capacity(total);
         for e in events {
             st.head += 1;
             let head = st.head;
-            match &e.sse_name {
-                None => self.encoder.write(&mut buf, head, &e.json),
-                Some(n) => self.encoder.write_named(&mut buf, head, &e.json, n),
-            }
-            let frame = buf.split().freeze();
-            st.window_bytes += frame.len();
-            st.window.push_back((frame, now));
-            if st.window.len() > self.window_cap {
-                if let Some((old, _)) = st.window.pop_front() {
-                    st.window_bytes -= old.len();
-                }
-            }
+            self.encode(&mut st.window, head, e, now);
             st.history.push(e);
         }
         if let Some(log) = &mut st.raw {
@@ -222,24 +203,19 @@ impl Journal for MemoryJournal {
     }
 
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         if after > st.head {
             return Err(CursorMiss::Ahead);
         }
-        let first = st.head + 1 - st.window.len() as u64; // seq of window[0]
-        if after + 1 < first {
+        if after + 1 < st.window.first() {
             return Err(CursorMiss::Expired);
         }
-        let skip = (after + 1 - first) as usize;
         let mut read = Read {
             last: after,
             head: st.head,
             ..Read::default()
         };
-        for (frame, at) in st.window.iter().skip(skip).take(max) {
-            read.frames.push(frame.clone());
-            read.last_arrival = Some(*at);
-        }
+        read.last_arrival = st.window.read(after + 1, max, &mut read.frames);
         read.last = after + read.frames.len() as u64;
         if let Some(end) = &st.end {
             if read.last >= end.seq {
