@@ -5,7 +5,7 @@
 //! slots (its own tag and `tj:leases`), so each test also goes through the split by slot.
 
 use crate::support::*;
-use crate::{attach_mid_run, killed_producer, replica, stop_through_the_other_replica};
+use crate::{attach_mid_run, killed_producer, stop_through_the_other_replica};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_attach_mid_run_gets_snapshot_live_tail_and_one_end() {
