@@ -7,8 +7,9 @@
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
 # npm packages (`npm ci`), the Python and npm SDKs of the checks, the client libraries of the
-# drop-in profile tests (scripts/compat, `npm ci`), and redis-server (the shared journal's
-# integration tests start their own). Extra arguments go to
+# drop-in profile tests (scripts/compat, `npm ci`), redis-server (the shared journal's
+# integration tests start their own) and nginx (tests/deploy/ starts its own in front of two
+# replicas; installed without starting the system service). Extra arguments go to
 # `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,22 @@ command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
 # three-node Redis Cluster of them (CLUSTER ADDSLOTSRANGE and --cluster-port need Redis 7).
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
+# tests/deploy/ starts Debian's nginx (/usr/sbin/nginx, not on a user's PATH) itself, on a free
+# port with deploy/nginx.conf. The package's postinst would start the system service on port 80:
+# a policy-rc.d answering 101 (as in a container image) refuses that for the install, and on
+# systemd the unit the package enables is disabled (and stopped, should it run anyway).
+if [ ! -x /usr/sbin/nginx ]; then
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    guard=1
+    trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+  fi
+  apt_install nginx
+  if [ -n "$guard" ]; then $SUDO rm -f /usr/sbin/policy-rc.d; trap - EXIT; fi
+  if [ -d /run/systemd/system ]; then $SUDO systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+fi
 
 # 1. Rust: unit, property and integration tests; the SDK agreement checks; then the binary the
 #    browser test starts.

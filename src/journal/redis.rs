@@ -48,6 +48,7 @@ use crate::metrics::{label_enum, Counters, Metrics};
 use crate::registry::Registry;
 use crate::run::Run;
 pub(crate) use bell::Bell;
+pub use conn::pipeline_answers;
 pub(crate) use conn::Conn;
 pub use follower::header_text;
 use liveness::liveness;

@@ -1,17 +1,21 @@
 //! Checks the files in `deploy/` against tether itself: every metric the Grafana dashboard and the
 //! Prometheus alerts name is a family tether exports, and the Kubernetes manifest, the Dockerfile
 //! and the systemd unit keep the ports, probes, annotations, non-root user, stop signal and
-//! timeouts that tether's admin endpoints and SIGTERM drain rely on. No network, no Docker.
+//! timeouts that tether's admin endpoints and SIGTERM drain rely on. No Docker: `balancer` runs
+//! the scale-out for real, two replicas on a test-owned redis-server behind Debian's nginx with
+//! the shipped `deploy/nginx.conf` ([`nginx`]), all on loopback.
 //!
 //! This file reads the files and holds what more than one part uses; `monitoring`,
-//! `kubernetes` and `image` hold the checks.
+//! `kubernetes`, `image`, `scaling` and `balancer` hold the checks.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod balancer;
 mod image;
 mod kubernetes;
 mod monitoring;
+mod nginx;
 mod scaling;
 
 use std::path::Path;

@@ -2,10 +2,13 @@
 //! scenarios that exercise the topology, through two replicas with `[journal] cluster = true`
 //! and every node as a seed. A chat's keys and doorbells share one slot; doorbells and control
 //! messages travel by sharded pub/sub. Every replica's liveness refresh is a pipeline over two
-//! slots (its own tag and `tj:leases`), so each test also goes through the split by slot.
+//! slots (its own tag and `tj:leases`), so each test also goes through the split by slot; one
+//! test sends a pipeline over every shard to the split itself and checks the answers' order.
+
+use redis::Value;
 
 use crate::support::*;
-use crate::{attach_mid_run, killed_producer, replica, stop_through_the_other_replica};
+use crate::{attach_mid_run, killed_producer, stop_through_the_other_replica};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_attach_mid_run_gets_snapshot_live_tail_and_one_end() {
@@ -62,6 +65,61 @@ async fn on_a_cluster_the_runs_of_many_chats_land_on_every_shard_and_each_is_fol
             (end.ty(), end.json["persisted"].clone()),
             ("STREAM_END", serde_json::json!(true)),
             "{c}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_pipeline_over_several_slots_answers_in_order_with_each_error_in_place() {
+    let redis = RedisCluster::start();
+    let file = parse_file(&journal_table(&redis, "t")).expect("a journal table");
+    let cfg = Config::from_parts(file, &Flags::default())
+        .expect("a configuration")
+        .journal
+        .expect("the journal");
+    // Tags {b}, {c} and {a}/{d} live on the first, second and third shard: parts of several
+    // commands and of one, an error inside a part and one alone, a keyless command.
+    let mut p = redis::pipe();
+    p.cmd("SET").arg("tp:{a}").arg("1");
+    p.cmd("INCR").arg("tp:{b}");
+    p.cmd("HSET").arg("tp:{a}").arg("f").arg("v"); // WRONGTYPE: a string
+    p.cmd("RPUSH").arg("tp:{c}").arg("x");
+    p.cmd("GET").arg("tp:{a}");
+    p.cmd("INCRBY").arg("tp:{d}").arg("x"); // not an integer, alone on its slot
+    p.cmd("PING");
+    p.cmd("INCR").arg("tp:{b}");
+    let answers = tether::journal::redis::pipeline_answers(&cfg, &p)
+        .await
+        .expect("the pipeline is answered");
+    let shown: Vec<String> = answers
+        .iter()
+        .map(|a| match a {
+            Ok(Value::Okay) => "OK".to_string(),
+            Ok(Value::Int(i)) => i.to_string(),
+            Ok(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Ok(Value::SimpleString(s)) => s.clone(),
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("error {}", e.code().unwrap_or("?")),
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "OK",
+            "1",
+            "error WRONGTYPE",
+            "1",
+            "1",
+            "error ERR",
+            "PONG",
+            "2"
+        ]
+    );
+    for node in &redis.nodes {
+        assert!(
+            !node.keys("tp:*").is_empty(),
+            "the pipeline wrote to every shard (node {})",
+            node.port
         );
     }
 }

@@ -5,7 +5,6 @@
 use bytes::Bytes;
 use serde_json::json;
 
-use crate::replica;
 use crate::support::*;
 
 /// One SSE frame with optional `event:` and `id:` lines.

@@ -5,7 +5,7 @@
 use serde_json::json;
 
 use crate::support::*;
-use crate::{ends, replica, start_run};
+use crate::{ends, start_run};
 
 /// `PUBLISH` calls Redis has run so far (inside scripts too).
 fn publishes(redis: &RedisServer) -> u64 {

@@ -1,40 +1,20 @@
 //! The shared journal end to end: two tether replicas on one redis-server of the test's own.
 //! A run recorded on replica A is attached, resumed, looked up and stopped through replica B.
 //! The scenarios that exercise the topology (attach, stop, a killed producer) run on a Redis
-//! Cluster too ([`cluster`]).
+//! Cluster too ([`cluster`]). The replicas themselves (in-process, or the binary for a crash) are
+//! `support`'s.
 
 #[path = "../support/mod.rs"]
 mod support;
 
-mod binary;
 mod cluster;
 mod dialects;
 mod doorbells;
 mod rebase;
 mod supersede;
 
-use binary::Binary;
 use serde_json::{json, Value};
 use support::*;
-
-/// The `[journal]` table of replica `id` on `redis`: a one-second lease, 100 ms polls.
-pub(crate) fn journal_table(redis: &impl JournalRedis, id: &str) -> String {
-    format!(
-        "[journal]\n{}replica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n",
-        redis.journal_toml()
-    )
-}
-
-/// A replica named `id` in front of `upstream`, journaling to `redis`.
-pub(crate) async fn replica(
-    upstream: std::net::SocketAddr,
-    redis: &impl JournalRedis,
-    id: &str,
-    extra: &str,
-) -> Sidecar {
-    let toml = format!("{}{extra}", journal_table(redis, id));
-    sidecar(upstream, &toml).await
-}
 
 /// Starts a run of `chat_id` on `a` and reads it up to seq `upto`; returns its id and client.
 async fn start_run(a: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp) {

@@ -11,6 +11,7 @@ mod backend;
 mod client;
 mod frames;
 mod redis;
+mod replicas;
 mod sidecar;
 
 use std::future::Future;
@@ -25,6 +26,7 @@ pub use backend::{
 pub use client::{close_with_rst, parse_head, post, request, Head, Resp};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
+pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, Sidecar};
 
 pub use tether::auth::Owner;

@@ -135,6 +135,19 @@ impl Conn {
     }
 }
 
+/// Sends `p` on a command connection to `cfg`'s Redis made as the journal makes its own (on a
+/// cluster, split by slot as the write pipeline is) with `ignore_errors`, as the write pipeline
+/// sends, and returns each command's answer in `p`'s order, a failed command's error at its
+/// place. For tests against a real Redis; the journal itself never calls it.
+pub async fn pipeline_answers(
+    cfg: &config::Journal,
+    p: &Pipeline,
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let mut p = p.clone();
+    p.ignore_errors();
+    p.query_async(&mut Conn::commands(cfg)?).await
+}
+
 /// The connection manager's settings: a call fails after [`CALL_TIMEOUT`], connecting after
 /// [`CONNECT_TIMEOUT`].
 fn manager_config() -> ConnectionManagerConfig {

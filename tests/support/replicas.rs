@@ -1,25 +1,40 @@
-//! A tether binary replica of the journal tests: `target/debug/tether` started with a
-//! configuration file of its own, ready once it prints its address, killed (SIGKILL, by its PID)
-//! when dropped, as a crashed replica is.
+//! Journal replicas of a test: the `[journal]` table naming a test-owned Redis, a replica started
+//! in-process, and a replica as the `target/debug/tether` binary with a configuration file of its
+//! own, ready once it prints its address, killed (SIGKILL, by its PID) when dropped, as a crashed
+//! replica is. Shared by every test crate that runs replicas on the journal.
 
-use crate::journal_table;
-use crate::support::*;
+use super::{sidecar, JournalRedis, Sidecar};
+
+/// The `[journal]` table of replica `id` on `redis`: a one-second lease, 100 ms polls.
+pub fn journal_table(redis: &impl JournalRedis, id: &str) -> String {
+    format!(
+        "[journal]\n{}replica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n",
+        redis.journal_toml()
+    )
+}
+
+/// A replica named `id` in front of `upstream`, journaling to `redis`, in-process.
+pub async fn replica(
+    upstream: std::net::SocketAddr,
+    redis: &impl JournalRedis,
+    id: &str,
+    extra: &str,
+) -> Sidecar {
+    let toml = format!("{}{extra}", journal_table(redis, id));
+    sidecar(upstream, &toml).await
+}
 
 /// A tether binary replica, killed (SIGKILL, by its PID) when dropped.
-pub(crate) struct Binary {
+pub struct Binary {
     child: std::process::Child,
-    pub(crate) addr: std::net::SocketAddr,
+    pub addr: std::net::SocketAddr,
     conf: std::path::PathBuf,
 }
 
 impl Binary {
     /// Starts `target/debug/tether` in front of `upstream` as replica `id`, journaling to `redis`
     /// with a one-second lease; ready once it prints its address.
-    pub(crate) fn start(
-        upstream: std::net::SocketAddr,
-        redis: &impl JournalRedis,
-        id: &str,
-    ) -> Binary {
+    pub fn start(upstream: std::net::SocketAddr, redis: &impl JournalRedis, id: &str) -> Binary {
         use std::io::BufRead;
         let conf = std::env::temp_dir().join(format!(
             "tether-journal-{}-{}-{id}.toml",
@@ -51,7 +66,7 @@ impl Binary {
     }
 
     /// SIGKILL by PID, and reaps the process.
-    pub(crate) fn kill(&mut self) {
+    pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
