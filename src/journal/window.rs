@@ -21,7 +21,7 @@ use tokio::time::Instant;
 /// and a long one few blocks.
 const MIN_BLOCK: usize = 1024;
 /// Largest block allocated for growth (a larger frame gets a block of its own size).
-const MAX_BLOCK: usize = 16 * 1024;
+const MAX_BLOCK: usize = 4 * 1024;
 
 /// Where one frame's bytes are, and when it arrived.
 #[derive(Debug, Clone, Copy)]
