@@ -233,6 +233,12 @@ pub struct Metrics {
     pub upstream_errors: Counters<UpstreamErrorKind>,
     /// `tether_recorded_bytes`: memory held by windows and snapshots.
     pub recorded_bytes: IntGauge,
+    /// `tether_upstream_connects_waiting`: turns waiting for a backend connect slot or a free
+    /// file descriptor (set at scrape).
+    pub upstream_connects_waiting: IntGauge,
+    /// `tether_upstream_fd_waits_total`: turns that found no free file descriptor for their
+    /// backend connection and waited for one (brought up to date at scrape).
+    pub upstream_fd_waits: IntCounter,
     /// `tether_runs_evicted_total{reason}`.
     pub runs_evicted: Counters<EvictReason>,
     /// `tether_events_dropped_total{reason}`.
@@ -366,6 +372,16 @@ impl Metrics {
                 "tether_recorded_bytes",
                 "Bytes held by replay windows and snapshots",
             ),
+            upstream_connects_waiting: gauge(
+                &r,
+                "tether_upstream_connects_waiting",
+                "Turns waiting for a backend connect slot or a free file descriptor",
+            ),
+            upstream_fd_waits: counter(
+                &r,
+                "tether_upstream_fd_waits_total",
+                "Turns that found no free file descriptor for their backend connection and waited",
+            ),
             runs_evicted: counters::<EvictReason>(
                 &r,
                 "tether_runs_evicted_total",
@@ -457,6 +473,8 @@ mod tests {
             "tether_upstream_bytes_total",
             "tether_upstream_errors_total{kind=\"protocol\"} 0",
             "tether_recorded_bytes",
+            "tether_upstream_connects_waiting",
+            "tether_upstream_fd_waits_total",
             "tether_runs_evicted_total{reason=\"capacity\"} 0",
             "tether_events_dropped_total{reason=\"oversized\"} 0",
             "tether_snapshot_serialize_seconds_bucket",

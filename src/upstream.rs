@@ -3,6 +3,7 @@
 //! `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as relayed, and the rule for
 //! which answers are recorded. The producer is in [`producer`].
 
+pub mod connect;
 pub mod exchange;
 pub mod producer;
 pub mod wire;
@@ -15,6 +16,8 @@ use pingora_core::upstreams::peer::{HttpPeer, Peer};
 use pingora_http::{RequestHeader, ResponseHeader};
 
 pub use exchange::Exchange;
+
+use connect::{Connects, Refused};
 
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -66,9 +69,10 @@ pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
     h
 }
 
-/// The backend: a connection pool and the peer it connects to.
+/// The backend: a connection pool, its connect queue and the peer it connects to.
 pub struct Upstream {
     connector: TransportConnector,
+    connects: Connects,
     peer: HttpPeer,
     opts: config::Upstream,
 }
@@ -84,6 +88,7 @@ impl Upstream {
         peer.options.write_timeout = Some(opts.write_timeout.0);
         Upstream {
             connector: TransportConnector::new(None),
+            connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
             peer,
             opts,
         }
@@ -92,6 +97,11 @@ impl Upstream {
     /// How long a backend may stay silent mid-answer.
     pub fn idle_timeout(&self) -> Duration {
         self.opts.idle_timeout.0
+    }
+
+    /// The connect queue, for its gauges.
+    pub fn connects(&self) -> &Connects {
+        &self.connects
     }
 
     /// The peer, for Pingora's pass-through path.
@@ -121,19 +131,42 @@ impl Upstream {
         };
         let mut retried = false;
         loop {
-            let (stream, reused) =
-                self.connector
-                    .get_stream(&self.peer)
-                    .await
-                    .map_err(|e| UpstreamError {
-                        kind: UpstreamErrorKind::Connect,
-                        message: format!("cannot connect to {}: {e}", self.peer.address()),
-                    })?;
+            let (stream, reused) = self
+                .connects
+                .run(|| self.connector.get_stream(&self.peer), |e| out_of_fds(e))
+                .await
+                .map_err(|r| self.unreachable(r))?;
             match Exchange::start(stream, &head, body, &header.method, limits).await {
                 Ok(x) => return Ok(x),
                 Err(f) if f.retry && reused && !retried => retried = true,
                 Err(f) => return Err(f.error),
             }
+        }
+    }
+
+    fn unreachable(&self, r: Refused<Box<pingora_core::Error>>) -> UpstreamError {
+        let message = match r {
+            Refused::Queue(d) => format!(
+                "no connect slot for {} freed within {d:?} (connect_queue_timeout)",
+                self.peer.address()
+            ),
+            Refused::Failed {
+                error,
+                waited: None,
+            } => {
+                format!("cannot connect to {}: {error}", self.peer.address())
+            }
+            Refused::Failed {
+                error,
+                waited: Some(w),
+            } => format!(
+                "cannot connect to {} after waiting {w:?} for a file descriptor: {error}",
+                self.peer.address()
+            ),
+        };
+        UpstreamError {
+            kind: UpstreamErrorKind::Connect,
+            message,
         }
     }
 
@@ -174,6 +207,13 @@ fn outgoing(
         h.insert_header("x-tether-run-id", id)?;
     }
     Ok(h)
+}
+
+/// Whether a Pingora connect error is the process (or system) out of file descriptors.
+fn out_of_fds(e: &pingora_core::Error) -> bool {
+    e.root_cause()
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(connect::is_out_of_fds)
 }
 
 /// Whether an upstream answer is recorded: 2xx and `text/event-stream`.

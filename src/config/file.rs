@@ -54,6 +54,11 @@ impl Default for Server {
 pub struct Upstream {
     /// TCP connect timeout.
     pub connect_timeout: Dur,
+    /// Backend connects in flight at once; further turns wait their turn (`0`: no limit).
+    pub max_connecting: usize,
+    /// How long a turn may wait for a connect slot or a free file descriptor before it fails
+    /// (`502 upstream_unreachable`).
+    pub connect_queue_timeout: Dur,
     /// A read from the backend that takes longer than this ends the run (`upstream_timeout`).
     pub idle_timeout: Dur,
     /// A write of the request to the backend that takes longer than this fails it.
@@ -66,6 +71,8 @@ impl Default for Upstream {
     fn default() -> Self {
         Upstream {
             connect_timeout: Dur(Duration::from_secs(5)),
+            max_connecting: 256,
+            connect_queue_timeout: Dur(Duration::from_secs(30)),
             idle_timeout: Dur(Duration::from_secs(300)),
             write_timeout: Dur(Duration::from_secs(30)),
             max_run_duration: Dur(Duration::ZERO),

@@ -24,11 +24,16 @@ impl Admin {
         Admin { shared }
     }
 
-    /// The Prometheus exposition, with the gauges derived from the registry refreshed first.
+    /// The Prometheus exposition, with the gauges derived from the registry and the connect queue refreshed first.
     pub fn metrics_text(&self) -> String {
         let m = &self.shared.metrics;
         m.recorded_bytes
             .set(self.shared.registry.recorded_bytes() as i64);
+        let connects = self.shared.upstream.connects();
+        m.upstream_connects_waiting.set(connects.waiting() as i64);
+        let seen = m.upstream_fd_waits.get();
+        m.upstream_fd_waits
+            .inc_by(connects.out_of_fds().saturating_sub(seen));
         m.render()
     }
 }

@@ -87,7 +87,24 @@ pub async fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Resp {
-    let mut sock = TcpStream::connect(addr).await.unwrap();
+    request_on(
+        TcpStream::connect(addr).await.unwrap(),
+        method,
+        path,
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Sends a request on a socket the test connected itself, and reads the response head.
+pub async fn request_on(
+    mut sock: TcpStream,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Resp {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
         body.len()
