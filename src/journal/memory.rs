@@ -1,8 +1,9 @@
 //! The in-process journal: a window of encoded protocol-1 frames, the compacted history and the
 //! terminal state under one lock, and a `watch` that wakes readers once per batch.
 //!
-//! Every event is encoded once, at append, as its protocol-1 `STREAM_EVENT` frame, straight into
-//! the run's [`Window`] (frames back to back in shared blocks), and shared by every observer. A snapshot is captured under the lock without copying any text and serialized
+//! Every event's JSON is kept in the run's [`Window`] (back to back in blocks) and encoded as its
+//! protocol-1 `STREAM_EVENT` frame when an observer reads it, into the buffer that observer
+//! writes. A snapshot is captured under the lock without copying any text and serialized
 //! outside it.
 
 use parking_lot::Mutex;
@@ -119,7 +120,7 @@ impl MemoryJournal {
         for e in events.iter().skip(skip) {
             st.head += 1;
             let head = st.head;
-            self.encode(&mut st.window, head, e, now);
+            st.window.push(&e.json, e.sse_name.as_deref(), now);
             if head > history_after {
                 st.history.push(e);
             }
@@ -156,22 +157,6 @@ impl MemoryJournal {
     }
 }
 
-impl MemoryJournal {
-    /// Encodes event `e` as frame `seq` straight into the window.
-    fn encode(&self, window: &mut Window, seq: u64, e: &Event, now: Instant) {
-        match &e.sse_name {
-            None => window.push(self.encoder.max_len(e.json.len()), now, |b| {
-                self.encoder.write(b, seq, &e.json)
-            }),
-            Some(n) => window.push(
-                self.encoder.max_len_named(e.json.len(), n.len()),
-                now,
-                |b| self.encoder.write_named(b, seq, &e.json, n),
-            ),
-        }
-    }
-}
-
 impl Journal for MemoryJournal {
     fn append_raw(&self, events: &[Event], raw: Vec<Frame>) -> Appended {
         if events.is_empty() {
@@ -185,8 +170,7 @@ impl Journal for MemoryJournal {
         let before = st.held() as isize;
         for e in events {
             st.head += 1;
-            let head = st.head;
-            self.encode(&mut st.window, head, e, now);
+            st.window.push(&e.json, e.sse_name.as_deref(), now);
             st.history.push(e);
         }
         if let Some(log) = &mut st.raw {
@@ -203,7 +187,7 @@ impl Journal for MemoryJournal {
     }
 
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
-        let mut st = self.state.lock();
+        let st = self.state.lock();
         if after > st.head {
             return Err(CursorMiss::Ahead);
         }
@@ -215,7 +199,9 @@ impl Journal for MemoryJournal {
             head: st.head,
             ..Read::default()
         };
-        read.last_arrival = st.window.read(after + 1, max, &mut read.frames);
+        read.last_arrival = st
+            .window
+            .read(after + 1, max, &self.encoder, &mut read.frames);
         read.last = after + read.frames.len() as u64;
         if let Some(end) = &st.end {
             if read.last >= end.seq {

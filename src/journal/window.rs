@@ -1,14 +1,14 @@
-//! The replay window: a run's last encoded frames, written back to back into shared blocks.
+//! The replay window: a run's last events, their JSON written back to back into blocks, and
+//! encoded as protocol-1 `STREAM_EVENT` frames when read.
 //!
-//! A frame costs its bytes plus a 16-byte slot. Frames are written into the active block; a
-//! reader gets each frame as a [`Bytes`]: a slice of a sealed piece (no copy), or, for frames
-//! still in the active block that no reader took yet, a slice of one copy made for that read.
-//! A second reader of the same active frames seals them into a piece that every later reader
-//! shares, so one live observer costs one small copy per read and a thousand observers share
-//! one piece. Blocks are freed when the window slides past all of their frames.
+//! An event costs its JSON (and its SSE `event:` name, when it has one) plus a 24-byte slot.
+//! The frame envelope (`id:` line, `type`, the run id twice, `seq`) is about as long as a token
+//! event's JSON, so keeping the JSON halves the window; a read encodes its frames into one
+//! buffer, which it would otherwise have copied them into. Blocks are freed when the window
+//! slides past all of their events.
 //!
-//! Before this, every batch was its own allocation plus a shared-buffer header and every frame a
-//! 48-byte `(Bytes, Instant)` entry: about 160 bytes a token event besides its own ~200.
+//! Before this, the window kept every frame encoded, each batch its own allocation with a
+//! shared-buffer header, and a 48-byte entry per frame: about 360 bytes a ~100-byte token event.
 //! Pure: no I/O.
 
 use std::collections::VecDeque;
@@ -17,111 +17,116 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
+use crate::dialect::protocol1::EventEncoder;
+
 /// The first block of a run; blocks double up to [`MAX_BLOCK`], so a short run holds little
 /// and a long one few blocks.
-const MIN_BLOCK: usize = 1024;
-/// Largest block allocated for growth (a larger frame gets a block of its own size).
+const MIN_BLOCK: usize = 512;
+/// Largest block allocated for growth (a larger event gets a block of its own size).
 const MAX_BLOCK: usize = 4 * 1024;
 
-/// Where one frame's bytes are, and when it arrived.
+/// Where one event's bytes are, and when it arrived.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    /// Offset in the piece (or active region) that holds the frame.
+    /// Offset in its block: the SSE event name (`name` bytes), then the JSON (`len` bytes).
     off: u32,
+    name: u32,
     len: u32,
-    /// Nanoseconds from the window's creation to the frame's arrival.
+    /// Nanoseconds from the window's creation to the event's arrival.
     at: u64,
 }
 
-/// A sealed region of a block: the frames from seq `first` up to the next piece's first.
+/// A block of event bytes: the events from seq `first` up to the next block's first.
 #[derive(Debug)]
-struct Piece {
+struct Block {
     first: u64,
-    bytes: Bytes,
+    data: Vec<u8>,
 }
 
-/// The last `cap` frames of a run, by seq.
+/// The last `cap` events of a run, by seq.
 #[derive(Debug)]
 pub struct Window {
     cap: usize,
     slots: VecDeque<Slot>,
     /// Seq of `slots[0]` (the next seq when the window is empty).
     first: u64,
-    pieces: VecDeque<Piece>,
-    /// Frames written since the last seal; offsets of their slots are into it.
-    active: BytesMut,
-    /// Seq of the first frame in `active`.
-    active_first: u64,
-    /// Bytes of `active` a reader already took by copy: reading them again seals instead.
-    copied_to: usize,
-    /// Frame bytes in the window.
+    /// The last block is the one written to.
+    blocks: VecDeque<Block>,
+    /// Event bytes in the window.
     bytes: usize,
     next_block: usize,
     base: Instant,
 }
 
 impl Window {
-    /// An empty window keeping at most `cap` frames, whose first frame will be seq `first`.
+    /// An empty window keeping at most `cap` events, whose first event will be seq `first`.
     pub fn new(cap: usize, first: u64) -> Self {
         Window {
             cap: cap.max(1),
             slots: VecDeque::new(),
             first,
-            pieces: VecDeque::new(),
-            active: BytesMut::new(),
-            active_first: first,
-            copied_to: 0,
+            blocks: VecDeque::new(),
             bytes: 0,
             next_block: MIN_BLOCK,
             base: Instant::now(),
         }
     }
 
-    /// Seq of the oldest frame kept (the next seq when empty).
+    /// Seq of the oldest event kept (the next seq when empty).
     pub fn first(&self) -> u64 {
         self.first
     }
 
-    /// Number of frames kept.
+    /// Number of events kept.
     pub fn len(&self) -> usize {
         self.slots.len()
     }
 
-    /// Whether no frame is kept.
+    /// Whether no event is kept.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
 
-    /// Bytes of the frames kept.
-    pub fn frame_bytes(&self) -> usize {
+    /// Bytes of the events kept (JSON and names).
+    pub fn event_bytes(&self) -> usize {
         self.bytes
     }
 
-    /// Bytes allocated: the blocks still referenced (sealed pieces and the whole active block)
-    /// and the slots.
+    /// Bytes allocated: the blocks still held (with the last one's spare room) and the slots.
     pub fn allocated(&self) -> usize {
-        self.pieces.iter().map(|p| p.bytes.len()).sum::<usize>()
-            + self.active.capacity()
+        self.blocks.iter().map(|b| b.data.capacity()).sum::<usize>()
             + self.slots.capacity() * std::mem::size_of::<Slot>()
     }
 
-    /// Appends the next frame: `write` appends at most `max_len` bytes to the buffer it gets.
-    /// Drops the oldest frame past the cap.
-    pub fn push(&mut self, max_len: usize, at: Instant, write: impl FnOnce(&mut BytesMut)) {
-        if self.active.capacity() - self.active.len() < max_len {
-            self.seal();
-            let size = self.next_block.max(max_len);
+    /// Appends the next event: its JSON and, when it differs from its `type`, its SSE `event:`
+    /// name. Drops the oldest event past the cap.
+    pub fn push(&mut self, json: &[u8], name: Option<&[u8]>, at: Instant) {
+        let name = name.unwrap_or_default();
+        let need = name.len() + json.len();
+        let next = self.first + self.slots.len() as u64;
+        let room = self
+            .blocks
+            .back()
+            .map_or(0, |b| b.data.capacity() - b.data.len());
+        if room < need || self.blocks.is_empty() {
+            let size = self.next_block.max(need);
             self.next_block = (self.next_block * 2).min(MAX_BLOCK);
-            self.active = BytesMut::with_capacity(size);
-            self.copied_to = 0;
+            self.blocks.push_back(Block {
+                first: next,
+                data: Vec::with_capacity(size),
+            });
         }
-        let off = self.active.len();
-        write(&mut self.active);
-        let len = self.active.len() - off;
-        self.bytes += len;
+        let Some(block) = self.blocks.back_mut() else {
+            return;
+        };
+        let off = block.data.len();
+        block.data.extend_from_slice(name);
+        block.data.extend_from_slice(json);
+        self.bytes += need;
         self.slots.push_back(Slot {
             off: off as u32,
-            len: len as u32,
+            name: name.len() as u32,
+            len: json.len() as u32,
             at: at.saturating_duration_since(self.base).as_nanos() as u64,
         });
         if self.slots.len() > self.cap {
@@ -131,76 +136,67 @@ impl Window {
 
     fn pop_front(&mut self) {
         if let Some(s) = self.slots.pop_front() {
-            self.bytes -= s.len as usize;
+            self.bytes -= (s.name + s.len) as usize;
             self.first += 1;
         }
-        // A piece goes once the window starts at or after the piece that follows it.
-        while !self.pieces.is_empty() {
-            let next = self.pieces.get(1).map_or(self.active_first, |n| n.first);
-            if next > self.first {
-                break;
-            }
-            self.pieces.pop_front();
+        // A block goes once the window starts at or after the block that follows it.
+        while self.blocks.len() > 1 && self.blocks[1].first <= self.first {
+            self.blocks.pop_front();
         }
     }
 
-    /// Moves the active frames into a piece readers share.
-    fn seal(&mut self) {
-        if !self.active.is_empty() {
-            let next = self.first + self.slots.len() as u64;
-            let bytes = self.active.split().freeze();
-            self.pieces.push_back(Piece {
-                first: self.active_first,
-                bytes,
-            });
-            self.active_first = next;
-            self.copied_to = 0;
-        }
-    }
-
-    /// Appends to `out` up to `max` frames from seq `from` on (clamped to [`Self::first`]);
-    /// returns the arrival time of the last one.
-    pub fn read(&mut self, from: u64, max: usize, out: &mut Vec<Bytes>) -> Option<Instant> {
+    /// Encodes up to `max` events from seq `from` on (clamped to [`Self::first`]) as frames
+    /// into one buffer and appends each frame, a slice of it, to `out`; returns the arrival
+    /// time of the last one.
+    pub fn read(
+        &self,
+        from: u64,
+        max: usize,
+        encoder: &EventEncoder,
+        out: &mut Vec<Bytes>,
+    ) -> Option<Instant> {
         let end = self.first + self.slots.len() as u64;
         let from = from.max(self.first);
         let to = end.min(from.saturating_add(max as u64));
         if from >= to {
             return None;
         }
-        let first = self.first;
-        let idx = |seq: u64| (seq - first) as usize;
-        // Reaching into the active frames: copy them once for this read, or seal them when a
-        // reader already took (some of) them, so this reader and every later one share them.
-        let active_from = from.max(self.active_first);
-        if to > self.active_first && (self.slots[idx(active_from)].off as usize) < self.copied_to {
-            self.seal();
-        }
-        let copy = if to > self.active_first {
-            let start = self.slots[idx(active_from)].off as usize;
-            let last = self.slots[idx(to - 1)];
-            let stop = (last.off + last.len) as usize;
-            self.copied_to = self.copied_to.max(stop);
-            Some((start, Bytes::copy_from_slice(&self.active[start..stop])))
-        } else {
-            None
-        };
+        let idx = |seq: u64| (seq - self.first) as usize;
+        let size: usize = (from..to)
+            .map(|seq| {
+                let s = self.slots[idx(seq)];
+                match s.name {
+                    0 => encoder.max_len(s.len as usize),
+                    n => encoder.max_len_named(s.len as usize, n as usize),
+                }
+            })
+            .sum();
+        let mut buf = BytesMut::with_capacity(size);
+        let mut ends = Vec::with_capacity((to - from) as usize);
+        // Blocks cover [blocks[0].first, end) without a hole; walk them along with the seqs.
+        let mut b = self
+            .blocks
+            .partition_point(|b| b.first <= from)
+            .saturating_sub(1);
         for seq in from..to {
+            while self.blocks.get(b + 1).is_some_and(|n| n.first <= seq) {
+                b += 1;
+            }
             let s = self.slots[idx(seq)];
-            let (off, len) = (s.off as usize, s.len as usize);
-            let frame = match &copy {
-                Some((start, c)) if seq >= self.active_first => {
-                    c.slice(off - start..off - start + len)
-                }
-                _ => {
-                    // Pieces cover [pieces[0].first, active_first) without a hole.
-                    let p = self
-                        .pieces
-                        .partition_point(|p| p.first <= seq)
-                        .saturating_sub(1);
-                    self.pieces[p].bytes.slice(off..off + len)
-                }
-            };
-            out.push(frame);
+            let data = &self.blocks[b].data;
+            let (off, name, len) = (s.off as usize, s.name as usize, s.len as usize);
+            let json = &data[off + name..off + name + len];
+            match name {
+                0 => encoder.write(&mut buf, seq, json),
+                _ => encoder.write_named(&mut buf, seq, json, &data[off..off + name]),
+            }
+            ends.push(buf.len());
+        }
+        let frames = buf.freeze();
+        let mut start = 0;
+        for end in ends {
+            out.push(frames.slice(start..end));
+            start = end;
         }
         let at = self.slots[idx(to - 1)].at;
         Some(self.base + Duration::from_nanos(at))

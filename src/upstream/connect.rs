@@ -116,7 +116,7 @@ impl Connects {
                         self.out_of_fds.fetch_add(1, Ordering::Relaxed);
                         log::warn!(
                             "no free file descriptor for a backend connection; the turn waits up \
-                             to {:?} for one (raise the open-files limit: each stream holds two)",
+                             to {:.1?} for one (raise the open-files limit: each stream holds two)",
                             deadline.saturating_duration_since(Instant::now())
                         );
                         since = Some(Instant::now());

@@ -1,157 +1,158 @@
-//! Unit tests of the replay window: bytes back as written, the cap, copies and seals, memory.
+//! Unit tests of the replay window: frames encoded as the encoder writes them, names, the cap,
+//! blocks freed as the window slides, arrival times.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::{Window, MAX_BLOCK};
+use crate::dialect::protocol1::EventEncoder;
 
-fn frame(seq: u64, len: usize) -> Vec<u8> {
-    let mut f = format!("id: {seq}\n").into_bytes();
-    f.resize(len.max(f.len()), b'a' + (seq % 26) as u8);
-    f
+fn event(seq: u64, len: usize) -> Vec<u8> {
+    let mut j = format!("{{\"type\":\"T\",\"n\":{seq},\"pad\":\"").into_bytes();
+    j.resize(len.max(j.len()), b'a' + (seq % 26) as u8);
+    j.extend_from_slice(b"\"}");
+    j
 }
 
-fn push(w: &mut Window, seq: u64, len: usize) {
-    let f = frame(seq, len);
-    w.push(f.len(), Instant::now(), |b: &mut BytesMut| b.put_slice(&f));
+/// The frame the encoder writes for event `json` at `seq`, alone.
+fn expected(enc: &EventEncoder, seq: u64, json: &[u8], name: Option<&[u8]>) -> Vec<u8> {
+    let mut b = BytesMut::new();
+    match name {
+        None => enc.write(&mut b, seq, json),
+        Some(n) => enc.write_named(&mut b, seq, json, n),
+    }
+    b.to_vec()
 }
 
-fn read(w: &mut Window, from: u64, max: usize) -> Vec<Bytes> {
+fn read(w: &Window, enc: &EventEncoder, from: u64, max: usize) -> Vec<Bytes> {
     let mut out = Vec::new();
-    w.read(from, max, &mut out);
+    w.read(from, max, enc, &mut out);
     out
 }
 
 #[test]
-fn frames_read_back_byte_for_byte_across_blocks_and_a_frame_larger_than_a_block() {
+fn frames_read_back_as_the_encoder_writes_them_across_blocks_and_an_event_larger_than_a_block() {
+    let enc = EventEncoder::new("run-1");
     let mut w = Window::new(1_000, 1);
     let lens = [10, 300, 2_000, MAX_BLOCK + 5, 40, 900, 17];
     for (i, len) in lens.iter().enumerate() {
-        push(&mut w, i as u64 + 1, *len);
+        w.push(&event(i as u64 + 1, *len), None, Instant::now());
     }
-    let got = read(&mut w, 1, usize::MAX);
+    let got = read(&w, &enc, 1, usize::MAX);
     assert_eq!(got.len(), lens.len());
     for (i, f) in got.iter().enumerate() {
-        assert_eq!(&f[..], &frame(i as u64 + 1, lens[i])[..], "frame {}", i + 1);
+        let seq = i as u64 + 1;
+        assert_eq!(&f[..], &expected(&enc, seq, &event(seq, lens[i]), None)[..]);
     }
-    assert_eq!(w.frame_bytes(), got.iter().map(Bytes::len).sum::<usize>());
+    let json: usize = lens
+        .iter()
+        .enumerate()
+        .map(|(i, l)| event(i as u64 + 1, *l).len())
+        .sum();
+    assert_eq!(w.event_bytes(), json);
 }
 
 #[test]
-fn the_cap_drops_the_oldest_frames_and_reads_start_at_the_first_kept() {
+fn an_event_with_an_sse_name_reads_back_as_a_named_frame() {
+    let enc = EventEncoder::new("r");
+    let mut w = Window::new(10, 1);
+    w.push(b"{\"type\":\"a\"}", Some(b"custom-name"), Instant::now());
+    w.push(b"{\"type\":\"b\"}", None, Instant::now());
+    let got = read(&w, &enc, 1, 10);
+    assert_eq!(
+        &got[0][..],
+        &expected(&enc, 1, b"{\"type\":\"a\"}", Some(b"custom-name"))[..]
+    );
+    assert_eq!(
+        &got[1][..],
+        &expected(&enc, 2, b"{\"type\":\"b\"}", None)[..]
+    );
+}
+
+#[test]
+fn the_cap_drops_the_oldest_events_and_reads_start_at_the_first_kept() {
+    let enc = EventEncoder::new("r");
     let mut w = Window::new(3, 1);
     for seq in 1..=5 {
-        push(&mut w, seq, 50);
+        w.push(&event(seq, 50), None, Instant::now());
     }
     assert_eq!((w.first(), w.len()), (3, 3));
-    let got = read(&mut w, 1, 10);
+    let got = read(&w, &enc, 1, 10);
     assert_eq!(got.len(), 3);
-    assert_eq!(&got[0][..], &frame(3, 50)[..]);
-    assert_eq!(read(&mut w, 4, 1).len(), 1);
-    assert!(read(&mut w, 6, 10).is_empty());
+    assert_eq!(&got[0][..], &expected(&enc, 3, &event(3, 50), None)[..]);
+    assert_eq!(read(&w, &enc, 4, 1).len(), 1);
+    assert!(read(&w, &enc, 6, 10).is_empty());
 }
 
 #[test]
-fn one_reader_of_new_frames_copies_them_and_a_second_reader_seals_them_for_sharing() {
-    let mut w = Window::new(100, 1);
-    push(&mut w, 1, 100);
-    let a = read(&mut w, 1, 10);
-    push(&mut w, 2, 100);
-    let a2 = read(&mut w, 2, 10);
-    assert_eq!(w.pieces.len(), 0, "a single follower never seals");
+fn a_mirror_window_starts_at_its_seq() {
+    let enc = EventEncoder::new("r");
+    let mut w = Window::new(10, 41);
+    w.push(&event(41, 20), None, Instant::now());
+    assert_eq!(w.first(), 41);
     assert_eq!(
-        (&a[0][..], &a2[0][..]),
-        (&frame(1, 100)[..], &frame(2, 100)[..])
+        &read(&w, &enc, 1, 10)[0][..],
+        &expected(&enc, 41, &event(41, 20), None)[..]
     );
-    // A second reader of frames already taken seals them; later readers share the piece.
-    let b = read(&mut w, 1, 10);
-    assert_eq!(w.pieces.len(), 1);
-    let c = read(&mut w, 1, 10);
-    assert_eq!(b, c);
-    assert_eq!(b[1].as_ptr(), c[1].as_ptr(), "the same bytes, not a copy");
-    push(&mut w, 3, 100);
-    assert_eq!(&read(&mut w, 2, 10)[1][..], &frame(3, 100)[..]);
 }
 
 #[test]
 fn blocks_are_freed_once_the_window_slides_past_them() {
     let mut w = Window::new(10, 1);
     for seq in 1..=10_000 {
-        push(&mut w, seq, 200);
-        if seq % 3 == 0 {
-            // Two readers of every frame: every read seals a small piece.
-            read(&mut w, seq - 2, 3);
-            read(&mut w, seq - 2, 3);
-        }
+        w.push(&event(seq, 200), None, Instant::now());
     }
     assert_eq!(w.len(), 10);
-    assert!(w.pieces.len() <= 6, "{} pieces kept", w.pieces.len());
-    assert!(
-        w.allocated() < 2 * MAX_BLOCK + 10 * 16 + 4_000,
-        "{}",
-        w.allocated()
-    );
+    assert!(w.blocks.len() <= 3, "{} blocks kept", w.blocks.len());
+    assert!(w.allocated() < 3 * MAX_BLOCK + 16 * 24, "{}", w.allocated());
 }
 
 #[test]
-fn a_read_returns_the_arrival_of_its_last_frame() {
+fn a_read_returns_the_arrival_of_its_last_event() {
+    let enc = EventEncoder::new("r");
     let mut w = Window::new(10, 1);
     let t1 = Instant::now();
-    w.push(4, t1, |b| b.put_slice(b"abcd"));
+    w.push(b"{}", None, t1);
     let t2 = t1 + std::time::Duration::from_millis(7);
-    w.push(4, t2, |b| b.put_slice(b"efgh"));
+    w.push(b"{}", None, t2);
     let mut out = Vec::new();
-    let at = w.read(1, 10, &mut out).expect("two frames");
+    let at = w.read(1, 10, &enc, &mut out).expect("two frames");
     assert_eq!(at.duration_since(t1).as_millis(), 7);
-    assert_eq!(w.read(3, 10, &mut out), None);
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Push(usize),
-    /// Read by reader `r` (of 3) up to `max` frames from its cursor.
-    Read(usize, usize),
-    /// Reader `r` rewinds by `back` frames (a resume from an older cursor).
-    Rewind(usize, u64),
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        4 => (1usize..3_000).prop_map(Op::Push),
-        4 => (0usize..3, 1usize..8).prop_map(|(r, m)| Op::Read(r, m)),
-        1 => (0usize..3, 0u64..20).prop_map(|(r, b)| Op::Rewind(r, b)),
-    ]
+    assert_eq!(w.read(3, 10, &enc, &mut out), None);
 }
 
 proptest! {
-    /// Whatever the interleaving of writes, readers and rewinds, every frame read is the frame
-    /// written at that seq, and the window holds exactly the last `cap` frames.
+    /// Whatever the event sizes, the cap and the reads, every frame read is the frame of the
+    /// event pushed at that seq, and the window holds exactly the last `cap` events.
     #[test]
-    fn any_interleaving_reads_the_frames_written(cap in 1usize..40, ops in prop::collection::vec(op(), 1..200)) {
+    fn any_sequence_reads_the_events_pushed(
+        cap in 1usize..40,
+        ops in prop::collection::vec((0usize..3_000, any::<bool>(), 0u64..50, 1usize..8), 1..150),
+    ) {
+        let enc = EventEncoder::new("run");
         let mut w = Window::new(cap, 1);
-        let mut written: Vec<Vec<u8>> = Vec::new();
-        let mut cursors = [1u64; 3];
-        for op in ops {
-            match op {
-                Op::Push(len) => {
-                    let seq = written.len() as u64 + 1;
-                    push(&mut w, seq, len);
-                    written.push(frame(seq, len));
-                }
-                Op::Read(r, max) => {
-                    let from = cursors[r].max(w.first());
-                    let got = read(&mut w, cursors[r], max);
-                    for (i, f) in got.iter().enumerate() {
-                        prop_assert_eq!(&f[..], &written[(from as usize) + i - 1][..]);
-                    }
-                    cursors[r] = from + got.len() as u64;
-                }
-                Op::Rewind(r, back) => cursors[r] = cursors[r].saturating_sub(back).max(1),
+        let mut pushed: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+        for (len, named, back, max) in ops {
+            let seq = pushed.len() as u64 + 1;
+            let name = named.then(|| format!("ev{seq}").into_bytes());
+            w.push(&event(seq, len), name.as_deref(), Instant::now());
+            pushed.push((event(seq, len), name));
+            let from = seq.saturating_sub(back).max(1);
+            let got = read(&w, &enc, from, max);
+            let start = from.max(w.first());
+            for (i, f) in got.iter().enumerate() {
+                let s = start + i as u64;
+                let (json, name) = &pushed[s as usize - 1];
+                prop_assert_eq!(&f[..], &expected(&enc, s, json, name.as_deref())[..]);
             }
-            let kept = written.len().min(cap);
+            let kept = pushed.len().min(cap);
             prop_assert_eq!(w.len(), kept);
-            prop_assert_eq!(w.frame_bytes(), written[written.len() - kept..].iter().map(Vec::len).sum::<usize>());
+            let bytes: usize = pushed[pushed.len() - kept..]
+                .iter()
+                .map(|(j, n)| j.len() + n.as_ref().map_or(0, Vec::len))
+                .sum();
+            prop_assert_eq!(w.event_bytes(), bytes);
         }
     }
 }
