@@ -1,5 +1,5 @@
 //! The journal: the seam a run's log lives behind. It assigns seqs, keeps the replay window of
-//! encoded frames and the compacted history, holds the terminal state, and wakes readers.
+//! recent events and the compacted history, holds the terminal state, and wakes readers.
 //!
 //! The producer is the only writer; observers read by cursor ([`Journal::read_after`]) or take a
 //! snapshot ([`Journal::capture`]), and wait on [`Journal::subscribe`]. [`memory::MemoryJournal`]

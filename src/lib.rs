@@ -4,7 +4,7 @@
 //! client ──POST /chat──▶ proxy ──spawn──▶ producer ──HTTP──▶ backend (unchanged)
 //!                          │                 │ bytes
 //!                          │                 ▼
-//!                          │     ingest: SSE decoder → format ──events──▶ journal ──┬─ window (encoded frames)
+//!                          │     ingest: SSE decoder → format ──events──▶ journal ──┬─ window (recent events)
 //!                          │                                                        └─ compacted snapshot
 //! client ──POST /chat/live─┴──▶ attach policy ──▶ observer ◀──cursor / wake-ups── journal
 //!                                                    └──▶ dialect: STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client

@@ -84,7 +84,7 @@ impl Default for Upstream {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Recorder {
-    /// Events kept per run as ready-to-send frames for cursor replay.
+    /// Events kept per run for cursor replay.
     pub window: usize,
     /// How long a completed run is kept.
     pub retention: Dur,
