@@ -353,10 +353,13 @@ impl Lane {
     }
 }
 
-/// How an `APPEND` answer counts, and its stop flag when it was taken (`ok`/`dup`).
+/// How an `APPEND` answer counts, and its stop flag when it was taken (`ok`/`dup`; the integer 1
+/// is `ok` without a flag).
 fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
-    let Ok(Value::Array(v)) = r else {
-        return (WriteResult::Error, None);
+    let v = match r {
+        Ok(Value::Int(1)) => return (WriteResult::Ok, Some(Bytes::new())),
+        Ok(Value::Array(v)) => v,
+        _ => return (WriteResult::Error, None),
     };
     let text = |i: usize| match v.get(i) {
         Some(Value::BulkString(b)) => Some(&b[..]),
@@ -372,5 +375,39 @@ fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
         Some(b"fenced") => (WriteResult::Fenced, None),
         // `gap`, `missing`: Redis took nothing; the writer re-bases.
         _ => (WriteResult::Ok, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn an_append_answer_counts_its_result_and_carries_the_stop_flag() {
+        let ok = |r: Value| outcome(&Ok(r));
+        assert_eq!(
+            ok(Value::Int(1)),
+            (WriteResult::Ok, Some(Bytes::new())),
+            "the integer answer: written, no stop flag"
+        );
+        assert_eq!(
+            ok(Value::Array(vec![bulk("ok"), bulk("cancelled")])),
+            (WriteResult::Ok, Some(Bytes::from_static(b"cancelled")))
+        );
+        assert_eq!(
+            ok(Value::Array(vec![bulk("dup"), bulk("")])),
+            (WriteResult::Ok, Some(Bytes::new()))
+        );
+        assert_eq!(ok(Value::Array(vec![bulk("gap")])), (WriteResult::Ok, None));
+        assert_eq!(
+            ok(Value::Array(vec![bulk("fenced")])).0,
+            WriteResult::Fenced
+        );
+        assert_eq!(ok(Value::Array(vec![bulk("ended")])).0, WriteResult::Ended);
+        assert_eq!(ok(Value::Int(0)).0, WriteResult::Error);
     }
 }
