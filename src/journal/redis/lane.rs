@@ -167,7 +167,7 @@ impl Lane {
         }
         let (first, last) = (st.first, st.last);
         let minid = (last + 1).saturating_sub(t.window).min(st.ckpt + 1).max(1);
-        let mut cmd = Cmd::with_capacity(12, st.data.len() + 160);
+        let mut cmd = Cmd::with_capacity(12, call_size(t, st.data.len()));
         cmd.arg("EVALSHA")
             .arg(scripts::APPEND.get_hash())
             .arg(2)
@@ -353,10 +353,30 @@ impl Lane {
     }
 }
 
-/// How an `APPEND` answer counts, and its stop flag when it was taken (`ok`/`dup`).
+/// Bytes of arguments an `APPEND` call of `data` bytes has at most: the call's buffer gets them
+/// all up front, so the batch is copied into it once (a short estimate had the buffer grow, and
+/// copy the batch again, on every call).
+fn call_size(t: &Target, data: usize) -> usize {
+    // EVALSHA, the hash, the key count, three numbers (first, last, minid) of 20 digits at most.
+    "EVALSHA".len()
+        + scripts::APPEND.get_hash().len()
+        + 1
+        + 3 * 20
+        + t.m.len()
+        + t.s.len()
+        + t.lease.len()
+        + data
+        + t.bell.len()
+        + t.publish.len()
+}
+
+/// How an `APPEND` answer counts, and its stop flag when it was taken (`ok`/`dup`; the integer 1
+/// is `ok` without a flag).
 fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
-    let Ok(Value::Array(v)) = r else {
-        return (WriteResult::Error, None);
+    let v = match r {
+        Ok(Value::Int(1)) => return (WriteResult::Ok, Some(Bytes::new())),
+        Ok(Value::Array(v)) => v,
+        _ => return (WriteResult::Error, None),
     };
     let text = |i: usize| match v.get(i) {
         Some(Value::BulkString(b)) => Some(&b[..]),
@@ -372,5 +392,87 @@ fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
         Some(b"fenced") => (WriteResult::Fenced, None),
         // `gap`, `missing`: Redis took nothing; the writer re-bases.
         _ => (WriteResult::Ok, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_append_call_is_built_without_its_buffer_growing() {
+        let lane = Arc::new(Lane::default());
+        let key = |k: &str| format!("tj:{{s:chat-0123456789abcdef:run-0123456789abcdef}}:{k}");
+        lane.target(Target {
+            m: key("m"),
+            s: key("s"),
+            bell: key("bell"),
+            publish: "PUBLISH",
+            lease: "0123456789abcdef".into(),
+            window: 1000,
+            pipe: mpsc::unbounded_channel().0,
+        });
+        lane.open(0, 0, 0);
+        let ev = Event {
+            json: Bytes::from_static(b"{\"type\":\"text-delta\",\"delta\":\"abcd\"}"),
+            ty: 0..0,
+            name: 0..0,
+            merge: None,
+            terminal: false,
+            finish: false,
+            failure: None,
+            transient: false,
+            sse_name: None,
+        };
+        lane.push(1, std::slice::from_ref(&ev), 0, &[]);
+        let Some((cmd, _)) = lane.take() else {
+            panic!("the lane holds a batch to send");
+        };
+        let used: usize = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => b.len(),
+                _ => 0,
+            })
+            .sum();
+        let Some(t) = lane.target.get() else {
+            panic!("the lane has its target");
+        };
+        let mut batch = BytesMut::new();
+        codec::encode_batch(&mut batch, std::slice::from_ref(&ev), 0, &[]);
+        let room = call_size(t, 4 + batch.len());
+        assert!(
+            used <= room,
+            "{used} bytes of arguments in a buffer of {room}: it grows on every call"
+        );
+    }
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn an_append_answer_counts_its_result_and_carries_the_stop_flag() {
+        let ok = |r: Value| outcome(&Ok(r));
+        assert_eq!(
+            ok(Value::Int(1)),
+            (WriteResult::Ok, Some(Bytes::new())),
+            "the integer answer: written, no stop flag"
+        );
+        assert_eq!(
+            ok(Value::Array(vec![bulk("ok"), bulk("cancelled")])),
+            (WriteResult::Ok, Some(Bytes::from_static(b"cancelled")))
+        );
+        assert_eq!(
+            ok(Value::Array(vec![bulk("dup"), bulk("")])),
+            (WriteResult::Ok, Some(Bytes::new()))
+        );
+        assert_eq!(ok(Value::Array(vec![bulk("gap")])), (WriteResult::Ok, None));
+        assert_eq!(
+            ok(Value::Array(vec![bulk("fenced")])).0,
+            WriteResult::Fenced
+        );
+        assert_eq!(ok(Value::Array(vec![bulk("ended")])).0, WriteResult::Ended);
+        assert_eq!(ok(Value::Int(0)).0, WriteResult::Error);
     }
 }

@@ -67,8 +67,9 @@ return {'ok'}
 /// Appends one batch (seqs `first..=last`) as stream entry `<last>-0`, moves the head and, when
 /// some replica follows the run (`watch`), rings the doorbell with the entry itself
 /// (`<first> <last> <data>`), so a follower that is caught up applies it without reading the
-/// stream. Returns `ok`/`dup` with the durable stop flag, or `gap`, `ended`, `fenced`, `missing`
-/// without writing.
+/// stream. Returns the integer 1 once the batch is written and no stop flag is set (the common
+/// answer: an integer costs neither side an array to build or parse), `ok`/`dup` with the
+/// durable stop flag, or `gap`, `ended`, `fenced`, `missing` without writing.
 ///
 /// KEYS: m, s. ARGV: lease, first, last, data, minid, doorbell, publish command.
 pub static APPEND: LazyLock<Script> = LazyLock::new(|| {
@@ -88,7 +89,8 @@ redis.call('HSET', m, 'head', last)
 if st[5] then
   redis.call(ARGV[7], ARGV[6], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4])
 end
-return {'ok', st[4] or ''}
+if st[4] then return {'ok', st[4]} end
+return 1
 "#,
     )
 });
