@@ -128,7 +128,9 @@ async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
 /// Starts a protocol-1 stream; false when the client is gone.
 pub(crate) async fn write_sse_header(session: &mut Session, run_id: &str) -> bool {
     let header = || -> Result<ResponseHeader> {
-        let mut h = ResponseHeader::build(200, Some(5))?;
+        // Kept by Pingora for the whole stream: no case map (the names are lower case anyway),
+        // and room for the `date` and `connection` headers Pingora adds.
+        let mut h = ResponseHeader::build_no_case(200, Some(7))?;
         h.insert_header("content-type", "text/event-stream")?;
         h.insert_header("cache-control", "no-cache")?;
         h.insert_header("transfer-encoding", "chunked")?;
