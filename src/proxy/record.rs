@@ -148,10 +148,12 @@ impl Sidecar {
                 "tether is shutting down; retry on another instance",
             ));
         }
-        let (owner, body, req) = match self.read_turn(session, m).await {
+        let (owner, body, mut req) = match self.read_turn(session, m).await {
             Ok(t) => t,
             Err(h) => return h,
         };
+        // The parsed body is not needed past here; this future lives as long as the stream.
+        req.body = None;
         if let Some(handled) = self.resume_on(session, route, &owner, &req.chat_id).await {
             return handled;
         }
