@@ -172,7 +172,6 @@ impl Window {
             })
             .sum();
         let mut buf = BytesMut::with_capacity(size);
-        let mut ends = Vec::with_capacity((to - from) as usize);
         // Blocks cover [blocks[0].first, end) without a hole; walk them along with the seqs.
         let mut b = self
             .blocks
@@ -190,13 +189,8 @@ impl Window {
                 0 => encoder.write(&mut buf, seq, json),
                 _ => encoder.write_named(&mut buf, seq, json, &data[off..off + name]),
             }
-            ends.push(buf.len());
-        }
-        let frames = buf.freeze();
-        let mut start = 0;
-        for end in ends {
-            out.push(frames.slice(start..end));
-            start = end;
+            // Each frame a slice of the one buffer (the spare room stays with `buf`).
+            out.push(buf.split().freeze());
         }
         let at = self.slots[idx(to - 1)].at;
         Some(self.base + Duration::from_nanos(at))

@@ -106,31 +106,29 @@ impl Connects {
             }
         };
         let mut pause = FIRST_PAUSE;
-        let mut waited: Option<Waiting<'_>> = None;
-        let mut since: Option<Instant> = None;
+        // Set once the connect first found no descriptor: since when, and counted as waiting.
+        let mut waiting: Option<(Instant, Waiting<'_>)> = None;
         loop {
             match connect().await {
                 Ok(t) => return Ok(t),
                 Err(e) if fds_exhausted(&e) && Instant::now() + pause <= deadline => {
-                    if since.is_none() {
+                    if waiting.is_none() {
                         self.out_of_fds.fetch_add(1, Ordering::Relaxed);
                         log::warn!(
                             "no free file descriptor for a backend connection; the turn waits up \
                              to {:.1?} for one (raise the open-files limit: each stream holds two)",
                             deadline.saturating_duration_since(Instant::now())
                         );
-                        since = Some(Instant::now());
-                        waited = Some(Waiting::new(&self.waiting));
+                        waiting = Some((Instant::now(), Waiting::new(&self.waiting)));
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(MAX_PAUSE);
                 }
                 Err(error) => {
-                    drop(waited);
                     return Err(Refused::Failed {
                         error,
-                        waited: since.map(|s| s.elapsed()),
-                    });
+                        waited: waiting.map(|(since, _)| since.elapsed()),
+                    })
                 }
             }
         }

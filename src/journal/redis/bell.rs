@@ -131,17 +131,7 @@ mod tests {
     /// A doorbell carrying `n` events from seq `first`, as the append script rings it.
     fn entry(first: u64, n: u64) -> Bytes {
         let events: Vec<Event> = (0..n)
-            .map(|i| Event {
-                json: Bytes::from(format!("{{\"i\":{}}}", first + i)),
-                ty: 0..0,
-                name: 0..0,
-                merge: None,
-                terminal: false,
-                finish: false,
-                failure: None,
-                transient: false,
-                sse_name: None,
-            })
+            .map(|i| Event::verbatim(Bytes::from(format!("{{\"i\":{}}}", first + i)), 0..0, 0..0))
             .collect();
         let mut batch = BytesMut::new();
         codec::encode_batch(&mut batch, &events, 0, &[]);

@@ -73,15 +73,9 @@ fn get_bytes(b: &mut Bytes) -> Option<Bytes> {
 /// merges with no other event; its type and name are not needed to serve it).
 fn event(json: Bytes, sse_name: Option<Bytes>, transient: bool) -> Event {
     Event {
-        json,
-        ty: 0..0,
-        name: 0..0,
-        merge: None,
-        terminal: false,
-        finish: false,
-        failure: None,
         transient,
         sse_name,
+        ..Event::verbatim(json, 0..0, 0..0)
     }
 }
 

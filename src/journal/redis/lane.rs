@@ -311,29 +311,23 @@ impl Lane {
     /// Waits (for a call's time at most) until Redis has the lane up to `seq` or nothing more
     /// will be sent; true when Redis has it.
     pub(crate) async fn wait_for(&self, seq: u64) -> bool {
-        let deadline = Instant::now() + super::CALL_TIMEOUT * 2;
-        loop {
-            let answered = self.answered.notified();
-            tokio::pin!(answered);
-            answered.as_mut().enable();
-            {
-                let mut st = self.st.lock();
-                if st.head >= seq {
-                    return true;
-                }
-                if !st.in_flight {
-                    return false;
-                }
-                st.waiting = true;
-            }
-            if tokio::time::timeout_at(deadline, answered).await.is_err() {
-                return false;
-            }
-        }
+        self.wait_until(|st| {
+            (st.head >= seq)
+                .then_some(true)
+                .or((!st.in_flight).then_some(false))
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// Waits (for a call's time at most) until no call is in flight.
     pub(crate) async fn idle(&self) {
+        self.wait_until(|st| (!st.in_flight).then_some(())).await;
+    }
+
+    /// Waits, for a call's time at most, until `done` gives an answer, re-checking after each
+    /// answer from Redis; `None` when the time ran out.
+    async fn wait_until<T>(&self, done: impl Fn(&St) -> Option<T>) -> Option<T> {
         let deadline = Instant::now() + super::CALL_TIMEOUT * 2;
         loop {
             let answered = self.answered.notified();
@@ -341,13 +335,13 @@ impl Lane {
             answered.as_mut().enable();
             {
                 let mut st = self.st.lock();
-                if !st.in_flight {
-                    return;
+                if let Some(t) = done(&st) {
+                    return Some(t);
                 }
                 st.waiting = true;
             }
             if tokio::time::timeout_at(deadline, answered).await.is_err() {
-                return;
+                return None;
             }
         }
     }
@@ -413,17 +407,11 @@ mod tests {
             pipe: mpsc::unbounded_channel().0,
         });
         lane.open(0, 0, 0);
-        let ev = Event {
-            json: Bytes::from_static(b"{\"type\":\"text-delta\",\"delta\":\"abcd\"}"),
-            ty: 0..0,
-            name: 0..0,
-            merge: None,
-            terminal: false,
-            finish: false,
-            failure: None,
-            transient: false,
-            sse_name: None,
-        };
+        let ev = Event::verbatim(
+            Bytes::from_static(b"{\"type\":\"text-delta\",\"delta\":\"abcd\"}"),
+            0..0,
+            0..0,
+        );
         lane.push(1, std::slice::from_ref(&ev), 0, &[]);
         let Some((cmd, _)) = lane.take() else {
             panic!("the lane holds a batch to send");
