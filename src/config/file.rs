@@ -241,7 +241,7 @@ pub struct File {
     pub limits: Limits,
     /// `[journal]`
     pub journal: JournalConf,
-    /// `[[routes]]`; when absent, the defaults of [`default_routes`].
+    /// `[[routes]]`; when absent, the defaults of [`default_routes`](super::route_conf::default_routes).
     pub routes: Option<Vec<RouteConf>>,
 }
 

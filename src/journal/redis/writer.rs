@@ -55,7 +55,7 @@ struct Writer {
     ids: Vec<String>,
 }
 
-/// Starts the writer of `run` (whose journal is the [`Recorder`] `inbox` came with).
+/// Starts the writer of `run` (whose journal is the [`Recorder`](super::recorder::Recorder) `inbox` came with).
 pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Meta) {
     cluster.producing(&run);
     let keys = RunKeys::new(&meta.scope, run.id());
