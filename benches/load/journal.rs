@@ -14,6 +14,8 @@ use serde_json::json;
 
 use crate::client::Seen;
 use crate::producer::Producer;
+use crate::scenarios::contention;
+use crate::sched::{self, Machine};
 use crate::targets::{self, Hop};
 use crate::Row;
 
@@ -190,6 +192,9 @@ async fn paced(
     for (name, hop) in [("memory", &memory), ("journal", &a)] {
         let calls0 = redis.calls();
         let cpu0 = (hop.cpu_seconds(), b.cpu_seconds());
+        let sched0 = (Some(hop.sched()), sched::own(), Machine::now());
+        let b_sched0 = (Some(b.sched()), sched::own(), Machine::now());
+        let redis0 = sched::of(&[redis.child.id()]);
         let tasks: Vec<_> = (0..runs)
             .map(|i| {
                 let (addr, chat) = (hop.addr, format!("s8-{runs}-{name}-{i}"));
@@ -230,7 +235,12 @@ async fn paced(
             ("cpu_s", hop.cpu_seconds() - cpu0.0),
             ("streams_lost", lost as f64),
         ];
+        figures.extend(contention(sched0, Some(hop)));
         if name == "journal" {
+            figures.push((
+                "redis_runq_wait_ms",
+                sched::of(&[redis.child.id()]).since(&redis0).waiting_ms(),
+            ));
             figures.push((
                 "redis_cmds_per_event",
                 (redis.calls() - calls0) / (runs as u64 * n) as f64,
@@ -244,15 +254,17 @@ async fn paced(
         });
         if name == "journal" {
             let (d, lost) = gather(followed);
+            let mut figures = vec![
+                ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
+                ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
+                ("cpu_s", b.cpu_seconds() - cpu0.1),
+                ("streams_lost", lost as f64),
+            ];
+            figures.extend(contention(b_sched0, Some(b)));
             rows.push(Row {
                 scenario: format!("8 journal: {runs} runs at {rate}/s, observers on B"),
                 target: "follower",
-                figures: vec![
-                    ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
-                    ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
-                    ("cpu_s", b.cpu_seconds() - cpu0.1),
-                    ("streams_lost", lost as f64),
-                ],
+                figures,
                 notes: String::new(),
             });
         }

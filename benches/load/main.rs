@@ -17,6 +17,7 @@ mod plot;
 mod producer;
 mod recovery;
 mod scenarios;
+mod sched;
 mod soak;
 mod targets;
 

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::client::{self, Seen};
 use crate::producer::Producer;
+use crate::sched::{self, Machine};
 use crate::targets::{self, Hop};
 use crate::Row;
 
@@ -234,6 +235,7 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
     for (via, addr) in vias(&h) {
         let addr = if via == Via::Direct { p.addr } else { addr };
         let cpu0 = hop(&h, via).map_or(0.0, Hop::cpu_seconds);
+        let sched0 = (hop(&h, via).map(Hop::sched), sched::own(), Machine::now());
         let t = Instant::now();
         // Sample tether's recorded bytes while the streams run, for the peak.
         let admin = if via == Via::Tether {
@@ -301,6 +303,7 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
         if via == Via::Tether {
             figures.push(("peak_recorded_mib", peak_recorded / 1048576.0));
         }
+        figures.extend(contention(sched0, hop(&h, via)));
         rows.push(Row {
             scenario: format!("3 {runs} runs at {rate}/s for {secs}s"),
             target: via.name(),
@@ -313,6 +316,23 @@ async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) 
         });
     }
     rows
+}
+
+/// What a phase started from: the hop's and the tool's scheduler totals and the machine's.
+pub(crate) type SchedStart = (Option<sched::Sample>, sched::Sample, Machine);
+
+/// How much a phase waited for CPUs since `start`: the hop's threads (`runq_wait_ms`, when
+/// there is a hop), the load tool's own, whose clients time the deliveries
+/// (`tool_runq_wait_ms`), and how busy the whole machine was (`machine_busy_pct`).
+pub(crate) fn contention(start: SchedStart, hop: Option<&Hop>) -> Vec<(&'static str, f64)> {
+    let (hop0, own0, machine0) = start;
+    let mut out = Vec::new();
+    if let (Some(h), Some(h0)) = (hop, hop0) {
+        out.push(("runq_wait_ms", h.sched().since(&h0).waiting_ms()));
+    }
+    out.push(("tool_runq_wait_ms", sched::own().since(&own0).waiting_ms()));
+    out.push(("machine_busy_pct", Machine::now().busy_pct_since(machine0)));
+    out
 }
 
 /// One sample of tether's Prometheus text.

@@ -66,6 +66,11 @@ impl Hop {
         self.child.id()
     }
 
+    /// Scheduler totals of the hop's processes (all threads) so far.
+    pub fn sched(&self) -> crate::sched::Sample {
+        crate::sched::of(&family(self.child.id()))
+    }
+
     /// User plus system CPU seconds of the hop's processes so far.
     pub fn cpu_seconds(&self) -> f64 {
         let tick = 100.0; // USER_HZ on Linux
