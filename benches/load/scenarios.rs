@@ -323,14 +323,18 @@ pub(crate) type SchedStart = (Option<sched::Sample>, sched::Sample, Machine);
 
 /// How much a phase waited for CPUs since `start`: the hop's threads (`runq_wait_ms`, when
 /// there is a hop), the load tool's own, whose clients time the deliveries
-/// (`tool_runq_wait_ms`), and how busy the whole machine was (`machine_busy_pct`).
+/// (`tool_runq_wait_ms`, with its CPU time `tool_cpu_s`: a tool short of CPU reads late and
+/// counts its own backlog as delivery delay), and how busy the whole machine was
+/// (`machine_busy_pct`).
 pub(crate) fn contention(start: SchedStart, hop: Option<&Hop>) -> Vec<(&'static str, f64)> {
     let (hop0, own0, machine0) = start;
     let mut out = Vec::new();
     if let (Some(h), Some(h0)) = (hop, hop0) {
         out.push(("runq_wait_ms", h.sched().since(&h0).waiting_ms()));
     }
-    out.push(("tool_runq_wait_ms", sched::own().since(&own0).waiting_ms()));
+    let tool = sched::own().since(&own0);
+    out.push(("tool_cpu_s", tool.on_cpu_ns as f64 / 1e9));
+    out.push(("tool_runq_wait_ms", tool.waiting_ms()));
     out.push(("machine_busy_pct", Machine::now().busy_pct_since(machine0)));
     out
 }
