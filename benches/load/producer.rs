@@ -1,5 +1,6 @@
 //! A fast SSE producer for the load tool: one AG-UI text delta per write, each carrying its
-//! index `i` and send time `t` (nanoseconds since the tool's epoch), at full speed or paced.
+//! index `i` and send time `t` (nanoseconds since the tool's epoch), at full speed or paced
+//! (each paced stream at its own phase, spread over the gap between events).
 //!
 //! `POST|GET /stream?n=<events>&size=<delta bytes>&rate=<events/s, 0 = full speed>&hold=<0|1>`:
 //! with `hold=1` the stream stays open after the last delta until [`Producer::release`].
@@ -15,6 +16,9 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use crate::now_ns;
+
+/// Paced streams served so far: each one's phase within its gap.
+static PACED: AtomicU64 = AtomicU64::new(0);
 
 /// The running producer.
 pub struct Producer {
@@ -120,7 +124,15 @@ async fn serve(
             sock = TcpStream::from_std(std_sock)?;
         } else {
             let pad: String = (0..size).map(|k| (b'a' + (k % 26) as u8) as char).collect();
-            let start = tokio::time::Instant::now();
+            // Each paced stream keeps its own phase within the gap (a golden-ratio sequence over
+            // the streams served), so streams that connect together do not write in lockstep:
+            // 200 streams at 20/s are about 4 events a millisecond, not 200 in a burst every
+            // 50 ms, which would measure queueing behind the burst instead of the hop.
+            let phase = PACED.fetch_add(1, Ordering::Relaxed) as f64 * 0.618_033_988_749_895;
+            let offset = 1_000_000_000u64
+                .checked_div(rate)
+                .map_or(0, |gap| (phase.fract() * gap as f64) as u64);
+            let start = tokio::time::Instant::now() + Duration::from_nanos(offset);
             for i in 1..=n {
                 if let Some(gap) = 1_000_000_000u64.checked_div(rate) {
                     let due = start + Duration::from_nanos(i * gap);
