@@ -3,8 +3,9 @@
 //!
 //! `cargo bench --bench load` runs every scenario; `cargo bench --bench load -- --quick` runs
 //! shorter ones; `-- --only 1,4` picks scenarios, and `-- --only soak` (or 9) the soak, sized by
-//! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`). Under `cargo test` (no `--bench` argument) it
-//! runs a small smoke check instead. It prints a table and writes `target/load-report.json`.
+//! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`); `--s3-big N` sets
+//! the stream count of scenario 3's second phase (10,000, or 2,000 with `--quick`; 0 skips it).
+//! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a table and writes `target/load-report.json`.
 
 // The load tool measures wall-clock time against real servers; it has no timer rules to
 // pause, so std's Instant is the right clock here.
@@ -142,6 +143,11 @@ fn main() {
                 .collect()
         });
     let soak_opts = soak::Opts::from_args(&args, quick);
+    let s3_big = args
+        .iter()
+        .position(|a| a == "--s3-big")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse::<usize>().ok());
     raise_nofile();
     now_ns();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -159,7 +165,7 @@ fn main() {
         print(&rows);
         return;
     }
-    let rows = rt.block_on(scenarios::all(bin, quick, only, &soak_opts));
+    let rows = rt.block_on(scenarios::all(bin, quick, only, s3_big, &soak_opts));
     print(&rows);
     let report = json!({
         "machine": machine(),

@@ -377,12 +377,14 @@ pub async fn all(
     bin: &str,
     quick: bool,
     only: Option<Vec<u32>>,
+    s3_big: Option<usize>,
     soak: &crate::soak::Opts,
 ) -> Vec<Row> {
     let p = Producer::start().await;
     let want = |k: u32| only.as_ref().is_none_or(|o| o.contains(&k));
     let mut rows = Vec::new();
     let (secs3, runs_big) = if quick { (4, 2_000) } else { (20, 10_000) };
+    let runs_big = s3_big.unwrap_or(runs_big);
     if want(1) {
         add(
             &mut rows,
@@ -398,7 +400,9 @@ pub async fn all(
     }
     if want(3) {
         add(&mut rows, concurrent(bin, &p, 1_000, 20, secs3).await);
-        add(&mut rows, concurrent(bin, &p, runs_big, 10, secs3).await);
+        if runs_big > 0 {
+            add(&mut rows, concurrent(bin, &p, runs_big, 10, secs3).await);
+        }
     }
     if want(4) {
         add(
