@@ -72,9 +72,10 @@ impl Cluster {
     }
 }
 
-/// Routes a push where it arrives, in the push connection's own task (no hop through a channel
-/// and a dispatcher task): a doorbell rings its follower's bell; a control message stops a run
-/// produced here. Nothing here waits.
+/// Routes a push where tether receives it (no channel and dispatcher task of tether's own; on
+/// one server redis-rs's connection manager relays each push through one task of its own
+/// first, measured at 57–116 µs at p50): a doorbell rings its follower's bell; a control message
+/// stops a run produced here. Nothing here waits.
 pub(super) fn route(c: &Cluster, push: PushInfo) {
     let mut data = push.data.into_iter();
     match push.kind {
