@@ -214,12 +214,6 @@ async fn paced(
         } else {
             Vec::new()
         };
-        let gather = |seen: Vec<Seen>| {
-            let lost = seen.iter().filter(|s| s.broken || !s.ended).count();
-            let mut d: Vec<u64> = seen.into_iter().flat_map(|s| s.delays).collect();
-            d.sort_unstable();
-            (d, lost)
-        };
         let mut produced = Vec::new();
         for t in tasks {
             produced.extend(t.await.ok());
@@ -228,14 +222,21 @@ async fn paced(
         for t in observers {
             followed.extend(t.await.ok());
         }
-        let (d, lost) = gather(produced);
-        let mut figures = vec![
-            ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
-            ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
-            ("cpu_s", hop.cpu_seconds() - cpu0.0),
-            ("streams_lost", lost as f64),
-        ];
-        figures.extend(contention(sched0, Some(hop)));
+        // A row's delays, losses, CPU and waits for a core, for the observers on `on`.
+        let figures_of = |seen: Vec<Seen>, on: &Hop, cpu0: f64, sched0| {
+            let lost = seen.iter().filter(|s| s.broken || !s.ended).count();
+            let mut d: Vec<u64> = seen.into_iter().flat_map(|s| s.delays).collect();
+            d.sort_unstable();
+            let mut figures = vec![
+                ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
+                ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
+                ("cpu_s", on.cpu_seconds() - cpu0),
+                ("streams_lost", lost as f64),
+            ];
+            figures.extend(contention(sched0, Some(on)));
+            figures
+        };
+        let mut figures = figures_of(produced, hop, cpu0.0, sched0);
         if name == "journal" {
             figures.push((
                 "redis_runq_wait_ms",
@@ -253,18 +254,10 @@ async fn paced(
             notes: String::new(),
         });
         if name == "journal" {
-            let (d, lost) = gather(followed);
-            let mut figures = vec![
-                ("delay_p50_us", crate::scenarios::percentile(&d, 0.5)),
-                ("delay_p99_us", crate::scenarios::percentile(&d, 0.99)),
-                ("cpu_s", b.cpu_seconds() - cpu0.1),
-                ("streams_lost", lost as f64),
-            ];
-            figures.extend(contention(b_sched0, Some(b)));
             rows.push(Row {
                 scenario: format!("8 journal: {runs} runs at {rate}/s, observers on B"),
                 target: "follower",
-                figures,
+                figures: figures_of(followed, b, cpu0.1, b_sched0),
                 notes: String::new(),
             });
         }

@@ -5,7 +5,8 @@
 //! shorter ones; `-- --only 1,4` picks scenarios, and `-- --only soak` (or 9) the soak, sized by
 //! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`); `--s3-big N` sets
 //! the stream count of scenario 3's second phase (10,000, or 2,000 with `--quick`; 0 skips it).
-//! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a table and writes `target/load-report.json`.
+//! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a
+//! table and writes `target/load-report.json`.
 
 // The load tool measures wall-clock time against real servers; it has no timer rules to
 // pause, so std's Instant is the right clock here.

@@ -129,12 +129,11 @@ async fn serve(
             // 200 streams at 20/s are about 4 events a millisecond, not 200 in a burst every
             // 50 ms, which would measure queueing behind the burst instead of the hop.
             let phase = PACED.fetch_add(1, Ordering::Relaxed) as f64 * 0.618_033_988_749_895;
-            let offset = 1_000_000_000u64
-                .checked_div(rate)
-                .map_or(0, |gap| (phase.fract() * gap as f64) as u64);
+            let gap = 1_000_000_000u64.checked_div(rate);
+            let offset = gap.map_or(0, |gap| (phase.fract() * gap as f64) as u64);
             let start = tokio::time::Instant::now() + Duration::from_nanos(offset);
             for i in 1..=n {
-                if let Some(gap) = 1_000_000_000u64.checked_div(rate) {
+                if let Some(gap) = gap {
                     let due = start + Duration::from_nanos(i * gap);
                     if due > tokio::time::Instant::now() {
                         tokio::time::sleep_until(due).await;
