@@ -29,7 +29,7 @@ pub enum Decision {
     },
 }
 
-/// Decides an attach (DESIGN, attach table) for the chat at `scope` as seen by `owner`. A
+/// Decides an attach (the attach table of docs/protocol.md) for the chat at `scope` as seen by `owner`. A
 /// `run_id` without `after_seq` counts as cursor 0.
 pub fn decide(
     registry: &Registry,

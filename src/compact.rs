@@ -1,6 +1,6 @@
 //! Compaction: the run's whole history as the `events` array of a snapshot, adjacent deltas merged.
 //!
-//! Rules (AG-UI, DESIGN "Compaction"): adjacent deltas of one [`MergeClass`] with the same key
+//! Rules (AG-UI; docs/protocol.md, "Compaction"): adjacent deltas of one [`MergeClass`] with the same key
 //! merge into one event at the first delta's position; nothing is reordered, dropped or merged
 //! across any other event. The merged event is the first delta's JSON with `delta` holding the
 //! whole concatenation: joining the *escaped* contents of JSON string literals yields the escaped

@@ -126,7 +126,7 @@ label_enum! {
     }
 }
 
-/// The shared journal's metric families (J11).
+/// The shared journal's metric families.
 #[derive(Clone)]
 pub struct JournalMetrics {
     /// `tether_journal_writes_total{result}`: script calls by result.

@@ -1,4 +1,4 @@
-//! Replica liveness and the replica-wide reaper (J6). Every replica keeps its liveness key
+//! Replica liveness and the replica-wide reaper. Every replica keeps its liveness key
 //! (`tj:{rep:<id>}:alive` = its lease token, `PX lease`) fresh every third of the lease, lists
 //! each run it produces in its life's set `tj:{rep:<id>}:runs:<lease>` (named in `tj:leases`),
 //! and every quarter lease looks for lives whose liveness lapsed: their live runs are ended
