@@ -1,0 +1,72 @@
+//! Checks the files in `deploy/` against tether itself: every metric the Grafana dashboard and the
+//! Prometheus alerts name is a family tether exports, and the Kubernetes manifest, the Dockerfile
+//! and the systemd unit keep the ports, probes, annotations, non-root user, stop signal and
+//! timeouts that tether's admin endpoints and SIGTERM drain rely on. No Docker: `balancer` runs
+//! the scale-out for real, two replicas on a test-owned redis-server behind Debian's nginx with
+//! the shipped `deploy/nginx.conf` ([`nginx`]), all on loopback.
+//!
+//! This file reads the files and holds what more than one part uses; `monitoring`,
+//! `kubernetes`, `image`, `scaling` and `balancer` hold the checks.
+
+
+mod balancer;
+mod image;
+mod kubernetes;
+mod monitoring;
+mod nginx;
+mod scaling;
+
+use std::path::Path;
+
+use clap::Parser;
+use crate::support::{Config, Flags};
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The proxy and admin ports of the image's entrypoint.
+const PROXY_PORT: i64 = 8080;
+const ADMIN_PORT: i64 = 9090;
+
+/// A file of the repository, by its path from the root.
+fn read(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn yaml_documents(rel: &str) -> Vec<Yaml> {
+    let docs =
+        YamlLoader::load_from_str(&read(rel)).unwrap_or_else(|e| panic!("{rel} is not YAML: {e}"));
+    assert!(!docs.is_empty(), "{rel} holds no YAML document");
+    docs
+}
+
+fn seq(y: &Yaml) -> &[Yaml] {
+    y.as_vec().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// The exec-form `ENTRYPOINT` of the image's last stage: the program and its arguments.
+fn image_entrypoint() -> Vec<String> {
+    let dockerfile = read("deploy/Dockerfile");
+    let entrypoint = dockerfile
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("ENTRYPOINT "))
+        .expect("the Dockerfile has an ENTRYPOINT");
+    serde_json::from_str(entrypoint)
+        .unwrap_or_else(|e| panic!("ENTRYPOINT must be a JSON array (exec form): {e}"))
+}
+
+/// The configuration tether would run with given these command-line arguments (after the
+/// program name), with the container or host path of the config file replaced by the
+/// repository's `conf/tether.toml`, which is what the image and the unit install there.
+fn config_from_args(args: &[&str]) -> Config {
+    let conf = Path::new(env!("CARGO_MANIFEST_DIR")).join("conf/tether.toml");
+    let conf = conf.to_str().expect("a UTF-8 path");
+    let mut argv = vec!["tether"];
+    let mut next_is_config = false;
+    for a in args {
+        argv.push(if next_is_config { conf } else { a });
+        next_is_config = matches!(*a, "--config" | "-c");
+    }
+    let flags = Flags::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    Config::load(&flags).unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+}

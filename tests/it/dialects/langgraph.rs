@@ -1,0 +1,145 @@
+//! langgraph (the SDK's join stream): the turn is `POST /threads/{thread_id}/runs/stream`, its
+//! first event `metadata` naming the backend's `run_id` (the alias); frames carry `id:` lines;
+//! `GET /threads/{thread_id}/runs/{run_id}/stream` with `Last-Event-ID` is a `last_event_id`
+//! resume whose nothing-to-resume answer is an empty `200` stream.
+
+use bytes::Bytes;
+use serde_json::json;
+
+use crate::dialects::common::*;
+use crate::support::*;
+
+const ROUTES: &str = r#"
+[[routes]]
+methods = ["POST"]
+path = "/threads/{thread_id}/runs/stream"
+kind = "record"
+chat_id = "path:thread_id"
+aliases = ["event:/run_id"]
+
+[[routes]]
+methods = ["GET"]
+path = "/threads/{thread_id}/runs/{run_id}/stream"
+kind = "resume"
+dialect = "last_event_id"
+run = "path:run_id"
+on_nothing = "empty_stream"
+"#;
+
+const RUN: &str = "1ef-run-7";
+
+/// A LangGraph stream: `metadata`, then `values` and `messages/partial` events, each with an
+/// `id:` line of the backend's own form.
+fn frames() -> Vec<Bytes> {
+    let mut v = vec![frame(
+        Some("metadata"),
+        Some("1719-0"),
+        &json!({"run_id": RUN, "attempt": 1}).to_string(),
+    )];
+    let mut text = String::new();
+    for i in 0..8 {
+        text.push_str(&format!("w{i} "));
+        let data = json!([{"type":"AIMessageChunk","id":"m1","content":text}]).to_string();
+        v.push(frame(
+            Some("messages/partial"),
+            Some(&format!("1719-{}", i + 1)),
+            &data,
+        ));
+    }
+    let values = json!({"messages":[{"type":"ai","id":"m1","content":text}]}).to_string();
+    v.push(frame(Some("values"), Some("1719-9"), &values));
+    v
+}
+
+fn id_of(block: &[u8]) -> String {
+    std::str::from_utf8(block)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("id: "))
+        .expect("an id line")
+        .to_string()
+}
+
+fn stream_path() -> String {
+    format!("/threads/th-1/runs/{RUN}/stream")
+}
+
+async fn start(pause: Option<(usize, Gate)>) -> (Backend, Sidecar) {
+    let all = frames();
+    let be = backend(move |_| held(&all, pause.as_ref().map(|(at, g)| (*at, g)))).await;
+    let tether = sidecar(be.addr, ROUTES).await;
+    (be, tether)
+}
+
+async fn turn(tether: &Sidecar) -> Resp {
+    let body = json!({"assistant_id": "agent", "input": {}, "stream_mode": ["messages", "values"]});
+    let r = post(tether.addr, "/threads/th-1/runs/stream", &body).await;
+    assert_eq!(r.status, 200);
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_with_the_last_event_id_gets_the_frames_after_it_byte_for_byte() {
+    let all = frames();
+    let at = random_cut("langgraph", 1, all.len() - 1);
+    let gate = Gate::default();
+    let (be, tether) = start(Some((at, gate.clone()))).await;
+    let got = cut(turn(&tether).await, at).await;
+    assert_eq!(concat(&got), concat(&all[..at]));
+    let last = id_of(got.last().unwrap());
+    let mut join = get(tether.addr, &stream_path(), &[("Last-Event-ID", &last)]).await;
+    assert_eq!(join.status, 200);
+    assert_eq!(join.header("content-type"), Some("text/event-stream"));
+    gate.open();
+    let body = join.body_to_end().await;
+    assert_eq!(std::str::from_utf8(&body).unwrap(), concat(&all[at..]));
+    assert_eq!(attach_metric(&tether, "last_event_id", "replay").await, 1.0);
+    assert_eq!(requests(&be), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_event_id_minus_one_is_the_whole_turn_byte_for_byte() {
+    let gate = Gate::default();
+    let (_be, tether) = start(Some((3, gate.clone()))).await;
+    let _live = turn(&tether).await;
+    eventually("the alias is known", || {
+        tether.registry().by_id(&Owner::NONE, RUN).is_some()
+    })
+    .await;
+    let mut join = get(tether.addr, &stream_path(), &[("Last-Event-ID", "-1")]).await;
+    assert_eq!(join.status, 200);
+    gate.open();
+    let body = join.body_to_end().await;
+    assert_eq!(std::str::from_utf8(&body).unwrap(), concat(&frames()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_id_of_an_ended_run_is_an_empty_stream_and_an_unknown_run_404() {
+    let (_be, tether) = start(None).await;
+    turn(&tether).await.body_to_end().await;
+    eventually("the run ended", || {
+        tether
+            .registry()
+            .by_id(&Owner::NONE, RUN)
+            .is_some_and(|(_, r)| r.end().is_some())
+    })
+    .await;
+    let last = id_of(frames().last().unwrap());
+    let mut join = get(tether.addr, &stream_path(), &[("Last-Event-ID", &last)]).await;
+    assert_eq!(join.status, 200);
+    assert_eq!(join.header("content-type"), Some("text/event-stream"));
+    assert!(join.body_to_end().await.is_empty());
+    assert!(join.ended, "the empty stream ends at once");
+    assert_eq!(
+        attach_metric(&tether, "last_event_id", "end_only").await,
+        1.0
+    );
+
+    let path = "/threads/th-1/runs/no-such-run/stream";
+    let r = get(tether.addr, path, &[("Last-Event-ID", "1719-3")]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        attach_metric(&tether, "last_event_id", "not_found").await,
+        1.0
+    );
+}

@@ -1,0 +1,121 @@
+//! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
+//! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
+
+
+use serde_json::Value;
+use crate::support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn raw(addr: std::net::SocketAddr, bytes: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    s
+}
+
+/// Everything the server answers on `s` up to its close of the connection, which must come
+/// within the harness's limit and be clean (FIN, not RST).
+async fn answer(mut s: TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    within("the server closes the connection", s.read_to_end(&mut out))
+        .await
+        .unwrap_or_else(|e| panic!("not a clean close: {e}"));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_clients_do_not_disturb_a_recorded_turn_or_the_next_one() {
+    let gate = Gate::default();
+    let events = turn(40);
+    let be = turn_backend(events.clone(), Some((10, gate.clone()))).await;
+    let tether = sidecar(be.addr, "").await;
+    let mut victim = post(tether.addr, "/chat", &chat("v")).await;
+    let mut frames = vec![victim.frame().await.unwrap()];
+    while frames.last().unwrap().seq() < 10 {
+        frames.push(victim.frame().await.unwrap());
+    }
+
+    // Malformed request lines and headers: a bare 400 that closes the connection.
+    for junk in [
+        &b"GARBAGE\r\n\r\n"[..],
+        b"POST /chat HTTP/9.9\r\n\r\n",
+        b"\x00\x01\x02\xff\xfe\r\n\r\n",
+        b"POST /chat HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+    ] {
+        let a = answer(raw(tether.addr, junk).await).await;
+        let what = format!(
+            "{:?} got {:?}",
+            String::from_utf8_lossy(junk),
+            String::from_utf8_lossy(&a)
+        );
+        let head = parse_head(&a).unwrap_or_else(|| panic!("{what}: no whole response head"));
+        assert_eq!(head.status, 400, "{what}");
+        assert_eq!(head.header("connection"), Some("close"), "{what}");
+        assert_eq!(head.header("content-length"), Some("0"), "{what}");
+        assert_eq!(a.len(), head.len, "{what}: bytes after the head");
+    }
+    // A chunked body whose chunk size is not hex: closed without an answer.
+    let a = answer(
+        raw(
+            tether.addr,
+            b"POST /chat HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nbad\r\n",
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(String::from_utf8_lossy(&a), "");
+    // A query that is not UTF-8 once decoded: tether's own 400, then the close the client asked for.
+    let a = answer(
+        raw(
+            tether.addr,
+            b"GET /chat/live?chat_id=%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await,
+    )
+    .await;
+    let head = parse_head(&a).expect("a whole response head");
+    assert_eq!(head.status, 400);
+    assert_eq!(head.header("connection"), Some("close"));
+    let body: Value = serde_json::from_slice(&a[head.len..]).unwrap();
+    assert_eq!(body["error"], "invalid_query");
+    // A truncated body: the client promises 100 bytes, sends 10, and leaves; closed without an
+    // answer.
+    let mut s = raw(
+        tether.addr,
+        b"POST /chat HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"chat_id\"",
+    )
+    .await;
+    s.shutdown().await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&answer(s).await), "");
+    // Slow-loris: a header that never ends, held open for the rest of the test.
+    let loris = raw(tether.addr, b"POST /chat HTTP/1.1\r\nHost: x\r\nX-Slow: a").await;
+    // Abrupt resets: right after connecting, and in the middle of an attach stream.
+    close_with_rst(TcpStream::connect(tether.addr).await.unwrap());
+    let mut watcher = post(tether.addr, "/chat/live", &chat("v")).await;
+    watcher.frame().await.unwrap();
+    watcher.kill();
+    // Nothing was forwarded for the hostile requests.
+    assert_eq!(be.requests.lock().len(), 1);
+
+    gate.open();
+    frames.extend(victim.frames_to_end().await);
+    let mut state = Reduced::default();
+    state.apply_frames(&frames, 0);
+    assert_eq!(
+        state,
+        Reduced::of(&events),
+        "the recorded turn lost nothing"
+    );
+    assert_eq!(frames.last().unwrap().json["persisted"], true);
+    assert_eq!(frames.last().unwrap().seq(), events.len() as u64);
+
+    // And a normal turn still works.
+    let next = post(tether.addr, "/chat", &chat("n"))
+        .await
+        .frames_to_end()
+        .await;
+    let mut state = Reduced::default();
+    state.apply_frames(&next, 0);
+    assert_eq!(state, Reduced::of(&events));
+    drop(loris);
+}

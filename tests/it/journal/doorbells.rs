@@ -1,0 +1,71 @@
+//! Doorbells only for followed runs: a run no other replica follows publishes nothing (Redis's
+//! own command counts say so), and a replica that starts following it mid-run still gets every
+//! event exactly once, with doorbells from then on.
+
+use serde_json::json;
+
+use crate::support::*;
+use crate::journal::{ends, start_run};
+
+/// `PUBLISH` calls Redis has run so far (inside scripts too).
+fn publishes(redis: &RedisServer) -> u64 {
+    let info: String = redis.query(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| {
+            l.strip_prefix("cmdstat_publish:calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_nobody_follows_rings_no_doorbell_and_a_late_follower_gets_every_event_once() {
+    let redis = RedisServer::start();
+    let gate = Gate::default();
+    let events = turn(10);
+    let last = events.len() as u64;
+    let be = turn_backend(events.clone(), Some((5, gate.clone()))).await;
+    let a = replica(be.addr, &redis, "a", "").await;
+    let b = replica(be.addr, &redis, "b", "").await;
+    let (run, _origin) = start_run(&a, "c", 5).await;
+    // Watched in Redis, not through B: a lookup on B would follow the run.
+    eventually("A's writer has the first five events in Redis", || {
+        let metas: Vec<String> = redis.query(&["KEYS", "tj:*:r:*:m"]);
+        metas.len() == 1
+            && redis
+                .query::<Option<String>>(&["HGET", &metas[0], "head"])
+                .as_deref()
+                == Some("5")
+    })
+    .await;
+    assert_eq!(publishes(&redis), 0, "nobody follows the run: no doorbell");
+
+    let mut r = post(b.addr, "/chat/live", &chat("c")).await;
+    assert_eq!(r.status, 200);
+    let snap = r.frame().await.unwrap();
+    assert_eq!(
+        (snap.ty(), snap.json["run_id"].clone()),
+        ("STREAM_SNAPSHOT", json!(run))
+    );
+    gate.open();
+    let rest = within("B's stream ends", r.frames_to_end()).await;
+    let seqs: Vec<u64> = rest
+        .iter()
+        .filter(|f| f.ty() == "STREAM_EVENT")
+        .map(Frame::seq)
+        .collect();
+    assert_eq!(
+        seqs,
+        (snap.seq() + 1..=last).collect::<Vec<_>>(),
+        "every event after the snapshot, once"
+    );
+    let mut state = Reduced::default();
+    let at = state.apply_frames(std::slice::from_ref(&snap), 0);
+    assert_eq!(state.apply_frames(&rest, at), last);
+    assert_eq!(state, Reduced::of(&events));
+    assert_eq!(ends(&rest), 1);
+    assert!(publishes(&redis) > 0, "a followed run rings its doorbell");
+}

@@ -1,0 +1,20 @@
+//! The integration tests, one binary: the real sidecar in-process in front of in-process fake
+//! backends (`support`), one module per area. Two tests that change the whole process live in
+//! binaries of their own: `tests/fd_limit.rs` (lowers the open-files limit) and
+//! `tests/logging.rs` (installs the process logger).
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod attach;
+mod control;
+mod deploy;
+mod dialects;
+mod formats;
+mod hostile;
+mod journal;
+mod keepalive;
+mod limits;
+mod ops;
+mod record;
+mod routes;
