@@ -8,7 +8,7 @@
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
 # npm packages (`npm ci`), the Python and npm SDKs of the checks, the client libraries of the
 # drop-in profile tests (scripts/compat, `npm ci`), redis-server (the shared journal's
-# integration tests start their own) and nginx (tests/deploy/ starts its own in front of two
+# integration tests start their own) and nginx (tests/it/deploy/ starts its own in front of two
 # replicas; installed without starting the system service). Extra arguments go to
 # `cargo test`.
 set -euo pipefail
@@ -27,11 +27,11 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
-# tests/journal/ starts its own redis-server (Debian's, 7.x) on a free port, and its own
+# tests/it/journal/ starts its own redis-server (Debian's, 7.x) on a free port, and its own
 # three-node Redis Cluster of them (CLUSTER ADDSLOTSRANGE and --cluster-port need Redis 7).
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if ((${#need[@]})); then apt_install "${need[@]}"; fi
-# tests/deploy/ starts Debian's nginx (/usr/sbin/nginx, not on a user's PATH) itself, on a free
+# tests/it/deploy/ starts Debian's nginx (/usr/sbin/nginx, not on a user's PATH) itself, on a free
 # port with deploy/nginx.conf. The package's postinst would start the system service on port 80:
 # a policy-rc.d answering 101 (as in a container image) refuses that for the install, and on
 # systemd the unit the package enables is disabled (and stopped, should it run anyway).

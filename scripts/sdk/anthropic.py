@@ -8,7 +8,7 @@ skips `event: ping` and events without an `event:` name, raises on `event: error
 parsed into its `RawMessageStreamEvent` types, to `accumulate_event`
 (`lib/streaming/_messages.py`). The accumulated `Message`, whether `message_stop` arrived and the
 error the SDK raised are compared with the golden <name>.json that tether's reducer produced
-(tests/formats/anthropic.rs):
+(tests/it/formats/anthropic.rs):
 
 - golden `message`: every member must equal the SDK's `Message.to_dict()` member (content blocks:
   text and citations, tool_use input, thinking and signature; stop_reason, stop_sequence, usage);

@@ -5,7 +5,7 @@ Serves each tests/fixtures/openai_responses/<name>.sse, byte for byte, to the of
 client (`client.responses.stream(...)` over a mock HTTP transport), so the SDK's own SSE decoder,
 event types and accumulator (`openai.lib.streaming.responses._responses.ResponseStreamState`) read
 it as they would read the API. Projects what the SDK accumulated onto the shape of the golden
-<name>.json (written by tether's reducer in tests/formats/openai_responses.rs) and compares:
+<name>.json (written by tether's reducer in tests/it/formats/openai_responses.rs) and compares:
 
 - text:      per message item and content index, the `output_text` the accumulator built from the
              `response.output_text.delta` events (its snapshot), and the same text as the final
