@@ -1,8 +1,7 @@
 //! Attach routes end to end: every row of the attach table, observers, resets and heartbeats.
 
-
-use serde_json::{json, Value};
 use crate::support::*;
+use serde_json::{json, Value};
 
 /// Starts a run for `chat` and reads its frames up to seq `upto`; returns the run id and client.
 async fn start_run(tether: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp) {

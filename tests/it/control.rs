@@ -1,9 +1,8 @@
 //! Control and security: stop, run status, ownership, single flight, resolution events,
 //! abandoned runs and limits.
 
-
-use serde_json::{json, Value};
 use crate::support::*;
+use serde_json::{json, Value};
 
 /// A backend streaming `turn(6)` that holds after 2 events until `gate` opens; other paths
 /// (stop, approve) answer 200 JSON.

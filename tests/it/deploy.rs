@@ -8,7 +8,6 @@
 //! This file reads the files and holds what more than one part uses; `monitoring`,
 //! `kubernetes`, `image`, `scaling` and `balancer` hold the checks.
 
-
 mod balancer;
 mod image;
 mod kubernetes;
@@ -18,8 +17,8 @@ mod scaling;
 
 use std::path::Path;
 
-use clap::Parser;
 use crate::support::{Config, Flags};
+use clap::Parser;
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// The proxy and admin ports of the image's entrypoint.

@@ -3,7 +3,6 @@
 //! client reconnecting exactly as its own library does. One module per family; the shared
 //! harness is `common`.
 
-
 mod common;
 
 mod ai_sdk;

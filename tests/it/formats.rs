@@ -3,7 +3,6 @@
 //! that recovers the whole answer through `/chat/live`. Each format is one module; the shared
 //! harness is `common`.
 
-
 mod common;
 
 mod agui;

@@ -1,9 +1,8 @@
 //! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
 //! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
 
-
-use serde_json::Value;
 use crate::support::*;
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

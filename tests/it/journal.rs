@@ -4,15 +4,14 @@
 //! Cluster too ([`cluster`]). The replicas themselves (in-process, or the binary for a crash) are
 //! `support`'s.
 
-
 mod cluster;
 mod dialects;
 mod doorbells;
 mod rebase;
 mod supersede;
 
-use serde_json::{json, Value};
 use crate::support::*;
+use serde_json::{json, Value};
 
 /// Starts a run of `chat_id` on `a` and reads it up to seq `upto`; returns its id and client.
 async fn start_run(a: &Sidecar, chat_id: &str, upto: u64) -> (String, Resp) {

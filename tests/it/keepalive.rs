@@ -8,12 +8,11 @@
 //! acquire reusable stream") and the connection is closed. On one thread the idle task finishes
 //! dropping the guard before the waiting task runs, so the counts below are exact.
 
-
 use std::sync::atomic::Ordering;
 
+use crate::support::*;
 use bytes::Bytes;
 use serde_json::Value;
-use crate::support::*;
 
 /// Runs a turn on `chat_id` to its end and waits until its producer finished (the producer
 /// returns the connection to the pool last). Returns the recorded state.

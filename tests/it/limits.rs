@@ -1,9 +1,8 @@
 //! Bad input, limits, pass-through and the binary's configuration errors.
 
-
+use crate::support::*;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use crate::support::*;
 
 async fn error_code(r: &mut Resp) -> String {
     let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();

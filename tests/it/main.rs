@@ -10,6 +10,7 @@ mod attach;
 mod control;
 mod deploy;
 mod dialects;
+mod faults;
 mod formats;
 mod hostile;
 mod journal;

@@ -1,12 +1,11 @@
 //! Operability: admin endpoints, metric values as scenarios drive them, graceful drain, and the
 //! binary's SIGTERM handling.
 
-
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use serde_json::json;
 use crate::support::*;
+use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints_answer_and_unknown_admin_paths_are_404() {

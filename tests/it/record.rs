@@ -1,9 +1,8 @@
 //! Record routes end to end: the real sidecar in front of scripted backends.
 
-
+use crate::support::*;
 use bytes::Bytes;
 use serde_json::{json, Value};
-use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_killed_mid_stream_does_not_reach_the_backend_and_recovers_prefix_and_suffix() {

@@ -2,9 +2,8 @@
 //! attach, status and stop routes that read the chat id from a cookie, a header and a nested
 //! JSON pointer; routes matched in file order; a catch-all pass-through still proxied.
 
-
-use serde_json::{json, Value};
 use crate::support::*;
+use serde_json::{json, Value};
 
 /// The routes under test, in file order: a pass-through listed before the record pattern that
 /// would also match it, then the record pattern, the key sources, and a catch-all.

@@ -9,6 +9,7 @@
 
 mod backend;
 mod client;
+mod faults;
 mod frames;
 mod redis;
 mod replicas;
@@ -24,6 +25,7 @@ pub use backend::{
     Served, Step,
 };
 pub use client::{close_with_rst, parse_head, post, request, request_on, Head, Resp};
+pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};

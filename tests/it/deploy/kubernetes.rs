@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use yaml_rust2::Yaml;
 
-use crate::deploy::{config_from_args, image_entrypoint, seq, yaml_documents, ADMIN_PORT, PROXY_PORT};
+use crate::deploy::{
+    config_from_args, image_entrypoint, seq, yaml_documents, ADMIN_PORT, PROXY_PORT,
+};
 
 /// The one document of `deploy/kubernetes.yaml` of this `kind`.
 fn k8s_object(kind: &str) -> Yaml {

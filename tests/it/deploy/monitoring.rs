@@ -10,8 +10,8 @@ use promql_parser::parser::Expr;
 use promql_parser::util::{walk_expr, ExprVisitor};
 use serde_json::Value;
 
-use crate::support::Metrics;
 use crate::deploy::{read, seq, yaml_documents};
+use crate::support::Metrics;
 
 /// Series that Prometheus writes itself for every scrape target; the rules may name them.
 const PROMETHEUS_SERIES: &[&str] = &["up"];

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 
 use yaml_rust2::Yaml;
 
-use crate::support::Config;
 use crate::deploy::{config_from_args, image_entrypoint, read, seq, yaml_documents};
+use crate::support::Config;
 
 fn strings(y: &Yaml) -> Vec<String> {
     seq(y)

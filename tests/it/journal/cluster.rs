@@ -7,8 +7,8 @@
 
 use redis::Value;
 
-use crate::support::*;
 use crate::journal::{attach_mid_run, killed_producer, stop_through_the_other_replica};
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_attach_mid_run_gets_snapshot_live_tail_and_one_end() {

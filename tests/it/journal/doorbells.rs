@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use crate::support::*;
 use crate::journal::{ends, start_run};
+use crate::support::*;
 
 /// `PUBLISH` calls Redis has run so far (inside scripts too).
 fn publishes(redis: &RedisServer) -> u64 {

@@ -4,8 +4,8 @@
 
 use serde_json::json;
 
-use crate::support::*;
 use crate::journal::{ends, known, start_run};
+use crate::support::*;
 
 /// The events, held before each index in `at` until its gate opens.
 fn held(events: &[serde_json::Value], at: &[(usize, Gate)]) -> Vec<Step> {

@@ -3,8 +3,8 @@
 
 use serde_json::json;
 
-use crate::support::*;
 use crate::journal::{ends, known, start_run};
+use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_turn_on_the_other_replica_supersedes_the_run_for_every_observer() {
