@@ -10,6 +10,7 @@ mod support;
 mod cluster;
 mod dialects;
 mod doorbells;
+mod owners;
 mod rebase;
 mod supersede;
 
