@@ -1,5 +1,6 @@
 //! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
 //! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
+//! Clients that name their caller twice are refused.
 
 mod support;
 
@@ -119,4 +120,57 @@ async fn hostile_clients_do_not_disturb_a_recorded_turn_or_the_next_one() {
     state.apply_frames(&next, 0);
     assert_eq!(state, Reduced::of(&events));
     drop(loris);
+}
+
+/// A subject named more than once (two header lines, two `Authorization` headers, the cookie
+/// twice in one or two `Cookie` headers) is refused 401: a gateway that appends the verified
+/// identity to what the client sent never lets the client pick the owner. The refused turn never
+/// reaches the backend; one value of each still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_given_twice_is_refused_as_unauthenticated() {
+    let be = turn_backend(turn(2), None).await;
+    let body = chat("c").to_string();
+    for (subject, twice, once) in [
+        (
+            "header:X-User",
+            vec![("X-User", "alice"), ("x-user", "mallory")],
+            vec![("X-User", "alice")],
+        ),
+        (
+            "authorization",
+            vec![("authorization", "Bearer a"), ("Authorization", "Bearer m")],
+            vec![("authorization", "Bearer a")],
+        ),
+        (
+            "cookie:sid",
+            vec![("cookie", "sid=alice; theme=dark; sid=mallory")],
+            vec![("cookie", "theme=dark; sid=alice")],
+        ),
+        (
+            "cookie:sid",
+            vec![("cookie", "sid=alice"), ("cookie", "sid=mallory")],
+            vec![("cookie", "sid=alice"), ("cookie", "theme=dark")],
+        ),
+    ] {
+        let tether = sidecar(be.addr, &format!("[auth]\nsubject = \"{subject}\"\n")).await;
+        let before = be.requests.lock().len();
+        for (method, path, payload) in [
+            ("POST", "/chat", body.as_bytes()),
+            ("POST", "/chat/live", body.as_bytes()),
+            ("GET", "/chat/run?chat_id=c", &b""[..]),
+        ] {
+            let mut r = request(tether.addr, method, path, &twice, payload).await;
+            assert_eq!(r.status, 401, "{subject} {twice:?} {path}");
+            let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+            assert_eq!(v["error"], "unauthenticated", "{subject} {twice:?} {path}");
+        }
+        assert_eq!(
+            be.requests.lock().len(),
+            before,
+            "{subject}: nothing forwarded"
+        );
+        let mut r = request(tether.addr, "POST", "/chat", &once, body.as_bytes()).await;
+        assert_eq!(r.status, 200, "{subject} {once:?}");
+        r.frames_to_end().await;
+    }
 }
