@@ -57,24 +57,33 @@ impl Auth {
     }
 
     /// The caller of a request with these headers. With a subject configured, a request that
-    /// lacks it gets 401 `unauthenticated`.
+    /// lacks it, or names it more than once (two header lines of its name, two `Authorization`
+    /// headers, the cookie twice in one or more `Cookie` headers), gets 401 `unauthenticated`:
+    /// behind a gateway that adds the verified identity to what the client sent, the first or
+    /// last of several values may be the client's own. A single value is taken whole (a comma
+    /// in it is not a list): it hashes to an owner of its own.
     pub fn owner(&self, headers: &HeaderMap) -> Result<Owner, ApiError> {
-        let value: Option<Vec<u8>> = match &self.subject {
+        let values: Vec<Vec<u8>> = match &self.subject {
             Subject::None => return Ok(Owner(None)),
-            Subject::Header(h) => headers.get(h.as_str()).map(|v| v.as_bytes().to_vec()),
-            Subject::Authorization => headers.get("authorization").map(|v| v.as_bytes().to_vec()),
+            Subject::Header(h) => all(headers, h.as_str()),
+            Subject::Authorization => all(headers, "authorization"),
             Subject::Cookie(name) => headers
                 .get_all("cookie")
                 .iter()
                 .filter_map(|v| v.to_str().ok())
                 .flat_map(cookie::Cookie::split_parse)
                 .filter_map(Result::ok)
-                .find(|c| c.name() == name)
-                .map(|c| c.value().as_bytes().to_vec()),
+                .filter(|c| c.name() == name)
+                .map(|c| c.value().as_bytes().to_vec())
+                .collect(),
         };
-        match value.filter(|v| !v.is_empty()) {
-            Some(v) => Ok(Owner(Some(blake3::keyed_hash(&self.key, &v)))),
-            None => Err(ApiError::new(
+        match values.as_slice() {
+            [v] if !v.is_empty() => Ok(Owner(Some(blake3::keyed_hash(&self.key, v)))),
+            [_, _, ..] => Err(ApiError::new(
+                Code::Unauthenticated,
+                "this request names its caller more than once",
+            )),
+            _ => Err(ApiError::new(
                 Code::Unauthenticated,
                 "this request carries no caller identity",
             )),
@@ -97,6 +106,15 @@ impl Auth {
             Some(h) => format!("{}/{chat_id}", h.to_hex()),
         }
     }
+}
+
+/// Every value of header `name`, one per header line.
+fn all(headers: &HeaderMap, name: &str) -> Vec<Vec<u8>> {
+    headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.as_bytes().to_vec())
+        .collect()
 }
 
 #[cfg(test)]
@@ -136,5 +154,34 @@ mod tests {
             .is_ok());
         let none = Auth::new(Subject::None).owner(&headers(&[])).unwrap();
         assert_eq!(Auth::scope(&none, "c"), "c");
+    }
+
+    #[test]
+    fn a_subject_named_twice_is_refused_and_one_value_is_taken_whole() {
+        let auth = Auth::new(Subject::Header("x-user".into()));
+        let twice = auth.owner(&headers(&[("x-user", "alice"), ("x-user", "mallory")]));
+        assert_eq!(twice.unwrap_err().status(), 401);
+        let alice = auth.owner(&headers(&[("x-user", "alice")])).unwrap();
+        let merged = auth
+            .owner(&headers(&[("x-user", "mallory, alice")]))
+            .unwrap();
+        assert!(
+            !merged.is(&alice),
+            "a comma-joined value is an owner of its own"
+        );
+        let auth = Auth::new(Subject::Authorization);
+        let two = headers(&[("authorization", "Bearer a"), ("authorization", "Bearer m")]);
+        assert_eq!(auth.owner(&two).unwrap_err().status(), 401);
+        let auth = Auth::new(Subject::Cookie("sid".into()));
+        for h in [
+            headers(&[("cookie", "sid=a; x=1; sid=m")]),
+            headers(&[("cookie", "sid=a"), ("cookie", "sid=m")]),
+            headers(&[("cookie", "sid=; sid=m")]),
+        ] {
+            assert_eq!(auth.owner(&h).unwrap_err().status(), 401, "{h:?}");
+        }
+        assert!(auth
+            .owner(&headers(&[("cookie", "sid=a"), ("cookie", "x=1")]))
+            .is_ok());
     }
 }

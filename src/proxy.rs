@@ -130,6 +130,18 @@ impl ProxyHttp for Sidecar {
         Ok(self.shared.upstream.peer())
     }
 
+    /// Runs for pass-through requests before they go upstream: a client's `X-Tether-Run-Id` is
+    /// dropped (tether names no run here, and a backend may trust the header). Default: nothing.
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        _ctx: &mut (),
+    ) -> Result<()> {
+        upstream_request.remove_header(crate::upstream::RUN_ID_HEADER);
+        Ok(())
+    }
+
     /// The request as Pingora names it in its log records (`METHOD PATH, Host: HOST`), each part
     /// bounded so a hostile path cannot flood the log. Default: the whole request line.
     fn request_summary(&self, session: &Session, _ctx: &()) -> String {

@@ -2,7 +2,10 @@
 //! retention and eviction, and the totals the limits are checked against.
 //!
 //! Chats are keyed by *scope* (the chat id, prefixed by the owner's hash when auth is on; see
-//! `auth`), and each entry also keeps its owner, compared in constant time on every lookup. A
+//! `auth`), and each entry also keeps its owner. Every run is bound to the owner who recorded
+//! it ([`Run::bind_owner`]); every lookup goes through one check (`Registry::visible`) of both
+//! owners in constant time, so a run (a mirror of another replica's run included) answers only
+//! the owner who recorded it, and is never adopted into, or found in, another owner's chat. A
 //! chat's *current* run is its latest run that went live; runs it superseded stay reachable by
 //! cursor while their producer runs and for the retention period after. Active runs and chats with
 //! a pending registration are never evicted. Cleanup is lazy (on registrations and lookups, at
@@ -234,6 +237,10 @@ impl Registry {
     /// Makes `run` the chat's current run. A still-active previous run is superseded (its
     /// observers are ended; its producer keeps going). Returns the superseded run.
     pub fn go_live(&self, pending: &Pending, run: Arc<Run>) -> Option<Arc<Run>> {
+        if !run.bind_owner(pending.owner) {
+            // A run recorded for someone else never joins this owner's chat.
+            return None;
+        }
         let superseded = {
             // A chat with a pending registration is never evicted (`is_busy`), so it is here;
             // were it not, it comes back with the owner that registered.
@@ -266,14 +273,18 @@ impl Registry {
 
     /// Adds `run`, a mirror of another replica's run of the chat at `scope`, as the chat's
     /// current run (a previous run produced here and still live is superseded, as by
-    /// [`Self::go_live`]) or as one of its older runs.
+    /// [`Self::go_live`]) or as one of its older runs. A run recorded for another owner is
+    /// never adopted (it supersedes nothing and is found by no one here).
     pub fn adopt(&self, scope: &str, owner: Owner, run: Arc<Run>, current: bool) {
+        if !run.bind_owner(owner) {
+            return;
+        }
         {
             let mut chat = self
                 .chats
                 .entry(scope.to_string())
                 .or_insert_with(|| Chat::new(owner));
-            if chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
+            if !chat.owner.is(&owner) || chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
                 return;
             }
             if current {
@@ -300,7 +311,11 @@ impl Registry {
 
     /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
     /// alias (the backend's id for the run). A later run with the same alias takes it over.
+    /// Nothing happens unless `owner` recorded the run.
     pub fn index(&self, owner: &Owner, id: &str, scope: &str, run: &Arc<Run>) {
+        if !run.is_owned_by(owner) {
+            return;
+        }
         let key = Auth::scope(owner, id);
         run.add_index_key(&key);
         self.ids.insert(key, (scope.to_string(), run.clone()));
@@ -313,30 +328,35 @@ impl Registry {
         let found = entry.value().clone();
         drop(entry);
         // A run the registry let go of is no longer reachable.
-        self.chats
-            .get(&found.0)
-            .filter(|c| c.owner.is(owner) && c.runs().any(|r| Arc::ptr_eq(r, &found.1)))?;
+        self.chats.get(&found.0).filter(|c| {
+            c.runs()
+                .any(|r| Arc::ptr_eq(r, &found.1) && Self::visible(c, r, owner))
+        })?;
         Some(found)
     }
 
-    fn chat(
-        &self,
-        scope: &str,
-        owner: &Owner,
-    ) -> Option<dashmap::mapref::one::Ref<'_, String, Chat>> {
-        self.chats.get(scope).filter(|c| c.owner.is(owner))
+    /// The one ownership check of every lookup: `run` of `chat` is `owner`'s when both the chat
+    /// and the run itself were recorded for `owner` (constant time in the owners' hashes).
+    fn visible(chat: &Chat, run: &Run, owner: &Owner) -> bool {
+        chat.owner.is(owner) & run.is_owned_by(owner)
     }
 
-    /// The chat's current run, if `owner` owns the chat.
+    /// The chat's current run, if `owner` recorded it.
     pub fn current(&self, scope: &str, owner: &Owner) -> Option<Arc<Run>> {
         self.maybe_sweep();
-        self.chat(scope, owner).and_then(|c| c.current.clone())
+        let chat = self.chats.get(scope)?;
+        chat.current
+            .clone()
+            .filter(|r| Self::visible(&chat, r, owner))
     }
 
-    /// A run of the chat by id (the current one or one it superseded), if `owner` owns the chat.
+    /// A run of the chat by id (the current one or one it superseded), if `owner` recorded it.
     pub fn find(&self, scope: &str, owner: &Owner, run_id: &str) -> Option<Arc<Run>> {
-        let chat = self.chat(scope, owner)?;
-        let found = chat.runs().find(|r| r.id() == run_id).cloned();
+        let chat = self.chats.get(scope)?;
+        let found = chat
+            .runs()
+            .find(|r| r.id() == run_id && Self::visible(&chat, r, owner))
+            .cloned();
         found
     }
 
@@ -355,7 +375,7 @@ impl Registry {
 
     /// The run an earlier stop with `cancel_id` named.
     pub fn cancelled_run(&self, scope: &str, owner: &Owner, cancel_id: &str) -> Option<String> {
-        let chat = self.chat(scope, owner)?;
+        let chat = self.chats.get(scope).filter(|c| c.owner.is(owner))?;
         let found = chat
             .cancels
             .iter()

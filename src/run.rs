@@ -6,7 +6,7 @@
 //! outside the journal's lock and caches it per seq, so a reconnect storm serializes it once.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::auth::Owner;
 use crate::dialect::{protocol1::Protocol1, Dialect};
 use crate::format::Event;
 use crate::journal::memory::MemoryJournal;
@@ -54,6 +55,8 @@ pub struct Run {
     mirror: AtomicBool,
     /// Its go-live reached the shared journal.
     journaled: AtomicBool,
+    /// Who recorded the run: bound once (see [`Run::bind_owner`]), never changed.
+    owner: OnceLock<Owner>,
 }
 
 impl Run {
@@ -85,7 +88,21 @@ impl Run {
             tokens: Mutex::new(None),
             mirror: AtomicBool::new(false),
             journaled: AtomicBool::new(false),
+            owner: OnceLock::new(),
         }
+    }
+
+    /// Binds the run to the owner who recorded it, unless it is bound already (the first
+    /// binding wins: a run produced here is bound as it goes live, a mirror of another
+    /// replica's run when it is built from the journal, for the owner whose keys found it).
+    /// Returns whether the run is `owner`'s.
+    pub fn bind_owner(&self, owner: Owner) -> bool {
+        self.owner.get_or_init(|| owner).is(&owner)
+    }
+
+    /// Whether the run was recorded for `owner` (false while it is bound to no one).
+    pub fn is_owned_by(&self, owner: &Owner) -> bool {
+        self.owner.get().is_some_and(|o| o.is(owner))
     }
 
     /// Marks the run as a mirror of a run another replica produces.

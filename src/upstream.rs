@@ -22,6 +22,10 @@ use connect::{Connects, Refused};
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
 
+/// The header naming the run a forwarded request records: tether's alone to set, never the
+/// client's (a backend may trust it).
+pub const RUN_ID_HEADER: &str = "x-tether-run-id";
+
 /// How long an idle pooled connection to the backend is kept open.
 const POOL_IDLE: Duration = Duration::from_secs(60);
 
@@ -180,8 +184,9 @@ impl Upstream {
     }
 }
 
-/// The request as forwarded: the client's, minus hop-by-hop headers, with the body length,
-/// `Accept-Encoding: identity` and `X-Tether-Run-Id`.
+/// The request as forwarded: the client's, minus hop-by-hop headers and any `X-Tether-Run-Id`
+/// the client sent, with the body length, `Accept-Encoding: identity` and, when tether names
+/// the run (`run_id`), its own `X-Tether-Run-Id`.
 fn outgoing(
     req: &RequestHeader,
     len: usize,
@@ -201,10 +206,11 @@ fn outgoing(
     for name in hop_by_hop(&req.headers) {
         h.remove_header(&name);
     }
+    h.remove_header(RUN_ID_HEADER);
     h.insert_header("content-length", len.to_string())?;
     h.insert_header("accept-encoding", "identity")?;
     if let Some(id) = run_id {
-        h.insert_header("x-tether-run-id", id)?;
+        h.insert_header(RUN_ID_HEADER, id)?;
     }
     Ok(h)
 }

@@ -223,6 +223,7 @@ pub struct Cluster {
     pipe: pipe::Pipe,
     bells: DashMap<String, Arc<Bell>>,
     producers: DashMap<String, Weak<Run>>,
+    /// Mirrors followed here, by their run's meta key (which names the chat too).
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
     health: Arc<Health>,

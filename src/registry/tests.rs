@@ -51,6 +51,33 @@ fn another_owner_sees_nothing() {
 }
 
 #[test]
+fn a_run_recorded_for_one_owner_is_never_adopted_indexed_or_found_for_another() {
+    let reg = reg(Duration::from_secs(60), 8);
+    let (alice, mallory) = (Owner::of(b"alice"), Owner::of(b"mallory"));
+    let p = reg.register("a/c", alice, "r", Admission::Always).unwrap();
+    let theirs = Arc::new(Run::new("r", 4));
+    reg.go_live(&p, theirs.clone());
+    let p = reg
+        .register("m/c", mallory, "m", Admission::Always)
+        .unwrap();
+    let mine = Arc::new(Run::new("m", 4));
+    reg.go_live(&p, mine.clone());
+    // The way a shared journal's mirror of alice's run could reach mallory's chat.
+    reg.adopt("m/c", mallory, theirs.clone(), true);
+    reg.adopt("m/c", mallory, theirs.clone(), false);
+    reg.index(&mallory, "alias", "m/c", &theirs);
+    assert!(mine.end().is_none(), "mallory's run is not superseded");
+    assert!(Arc::ptr_eq(&reg.current("m/c", &mallory).unwrap(), &mine));
+    assert!(reg.find("m/c", &mallory, "r").is_none());
+    assert!(reg.by_id(&mallory, "r").is_none());
+    assert!(reg.by_id(&mallory, "alias").is_none());
+    assert_eq!(reg.run_count(), 2);
+    // Alice still finds it everywhere she recorded it.
+    assert!(Arc::ptr_eq(&reg.find("a/c", &alice, "r").unwrap(), &theirs));
+    assert!(Arc::ptr_eq(&reg.by_id(&alice, "r").unwrap().1, &theirs));
+}
+
+#[test]
 fn pending_registration_wakes_waiters_when_it_ends() {
     let reg = reg(Duration::from_secs(60), 8);
     let rx = reg.subscribe();

@@ -21,6 +21,18 @@ fn hop_by_hop_headers_and_those_connection_names_are_not_forwarded() {
 }
 
 #[test]
+fn a_client_sent_run_id_header_is_never_forwarded() {
+    let mut req = RequestHeader::build("POST", b"/chat", None).unwrap();
+    req.append_header("X-Tether-Run-Id", "forged").unwrap();
+    req.append_header("x-tether-run-id", "forged-too").unwrap();
+    let out = outgoing(&req, 0, None).unwrap();
+    assert_eq!(out.headers.get_all("x-tether-run-id").iter().count(), 0);
+    let out = outgoing(&req, 0, Some("r1")).unwrap();
+    let ids: Vec<_> = out.headers.get_all("x-tether-run-id").iter().collect();
+    assert_eq!(ids, ["r1"]);
+}
+
+#[test]
 fn a_relayed_response_loses_its_hop_by_hop_headers_and_is_rechunked() {
     let mut h = ResponseHeader::build(200, None).unwrap();
     h.insert_header("connection", "close, x-hop").unwrap();

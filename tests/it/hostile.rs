@@ -1,5 +1,7 @@
 //! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
 //! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
+//! Clients that name their caller twice are refused; a client's `X-Tether-Run-Id` never reaches
+//! the backend.
 
 use crate::support::*;
 use serde_json::Value;
@@ -117,4 +119,153 @@ async fn hostile_clients_do_not_disturb_a_recorded_turn_or_the_next_one() {
     state.apply_frames(&next, 0);
     assert_eq!(state, Reduced::of(&events));
     drop(loris);
+}
+
+/// A subject named more than once (two header lines, two `Authorization` headers, the cookie
+/// twice in one or two `Cookie` headers) is refused 401: a gateway that appends the verified
+/// identity to what the client sent never lets the client pick the owner. The refused turn never
+/// reaches the backend; one value of each still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subject_given_twice_is_refused_as_unauthenticated() {
+    let be = turn_backend(turn(2), None).await;
+    let body = chat("c").to_string();
+    for (subject, twice, once) in [
+        (
+            "header:X-User",
+            vec![("X-User", "alice"), ("x-user", "mallory")],
+            vec![("X-User", "alice")],
+        ),
+        (
+            "authorization",
+            vec![("authorization", "Bearer a"), ("Authorization", "Bearer m")],
+            vec![("authorization", "Bearer a")],
+        ),
+        (
+            "cookie:sid",
+            vec![("cookie", "sid=alice; theme=dark; sid=mallory")],
+            vec![("cookie", "theme=dark; sid=alice")],
+        ),
+        (
+            "cookie:sid",
+            vec![("cookie", "sid=alice"), ("cookie", "sid=mallory")],
+            vec![("cookie", "sid=alice"), ("cookie", "theme=dark")],
+        ),
+    ] {
+        let tether = sidecar(be.addr, &format!("[auth]\nsubject = \"{subject}\"\n")).await;
+        let before = be.requests.lock().len();
+        for (method, path, payload) in [
+            ("POST", "/chat", body.as_bytes()),
+            ("POST", "/chat/live", body.as_bytes()),
+            ("GET", "/chat/run?chat_id=c", &b""[..]),
+        ] {
+            let mut r = request(tether.addr, method, path, &twice, payload).await;
+            assert_eq!(r.status, 401, "{subject} {twice:?} {path}");
+            let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+            assert_eq!(v["error"], "unauthenticated", "{subject} {twice:?} {path}");
+        }
+        assert_eq!(
+            be.requests.lock().len(),
+            before,
+            "{subject}: nothing forwarded"
+        );
+        let mut r = request(tether.addr, "POST", "/chat", &once, body.as_bytes()).await;
+        assert_eq!(r.status, 200, "{subject} {once:?}");
+        r.frames_to_end().await;
+    }
+}
+
+/// `X-Tether-Run-Id` is tether's to set: a client's value never reaches the backend, on any kind
+/// of forwarded request; a record route's request carries tether's run id, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sent_run_id_header_never_reaches_the_backend() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |r: &Req| match r.path.as_str() {
+        "/chat" => scripted_turn(&turn(4), Some((2, &g))),
+        _ => fixed_answer(200, "application/json", r#"{"ok":true}"#),
+    })
+    .await;
+    let routes = r#"
+[[routes]]
+methods = ["POST"]
+path = "/chat"
+kind = "record"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/live"
+kind = "attach"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/stop"
+kind = "stop"
+forward = true
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/approve"
+kind = "annotate"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/other"
+kind = "passthrough"
+"#;
+    let tether = sidecar(be.addr, routes).await;
+    let forged = [
+        ("X-Tether-Run-Id", "forged"),
+        ("x-tether-run-id", "forged-too"),
+    ];
+    let mut turn_r = request(
+        tether.addr,
+        "POST",
+        "/chat",
+        &forged,
+        chat("c").to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(turn_r.status, 200);
+    let run = turn_r.frame().await.unwrap().json["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let forwarded = [
+        ("POST", "/chat/live", r#"{"chat_id":"c"}"#),
+        (
+            "POST",
+            "/chat/approve",
+            r#"{"chat_id":"c","tool_call_id":"t1","decision":"approve"}"#,
+        ),
+        ("POST", "/chat/other", r#"{"chat_id":"c"}"#),
+        ("GET", "/elsewhere", ""),
+        ("POST", "/chat/stop", r#"{"chat_id":"c"}"#),
+    ];
+    for (method, path, payload) in forwarded {
+        let mut r = request(tether.addr, method, path, &forged, payload.as_bytes()).await;
+        assert!(r.status < 300, "{path}: {}", r.status);
+        r.body_to_end().await;
+    }
+    eventually("the forwarded stop reaches the backend", || {
+        be.requests.lock().iter().any(|r| r.path == "/chat/stop")
+    })
+    .await;
+    gate.open();
+    turn_r.frames_to_end().await;
+    let seen = be.requests.lock().clone();
+    let ids = |path: &str| -> Vec<String> {
+        let req = seen
+            .iter()
+            .find(|r| r.path == path)
+            .unwrap_or_else(|| panic!("{path} was not forwarded"));
+        req.headers
+            .iter()
+            .filter(|(k, _)| k == "x-tether-run-id")
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    assert_eq!(ids("/chat"), [run]);
+    for (_, path, _) in forwarded {
+        assert_eq!(ids(path), Vec::<String>::new(), "{path}");
+    }
 }

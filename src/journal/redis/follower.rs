@@ -51,14 +51,14 @@ pub(super) async fn sync_chat(c: &Arc<Cluster>, scope: &str, owner: Owner, run_i
             Some(l) => l.is_mirror() || (l.end().is_some() && l.is_journaled()),
         };
         if replace && reg.find(scope, &owner, &cur).is_none() {
-            if let Some(run) = mirror(c, scope, &cur).await {
+            if let Some(run) = mirror(c, scope, owner, &cur).await {
                 reg.adopt(scope, owner, run, true);
             }
         }
     }
     if let Some(id) = run_id {
         if reg.find(scope, &owner, id).is_none() {
-            if let Some(run) = mirror(c, scope, id).await {
+            if let Some(run) = mirror(c, scope, owner, id).await {
                 reg.adopt(scope, owner, run, false);
             }
         }
@@ -88,13 +88,15 @@ pub(super) async fn sync_id(c: &Arc<Cluster>, owner: Owner, id: &str) {
 }
 
 /// The mirror of run `run_id` of the chat at `scope`: the one this replica has, or a new one
-/// with its follower. `None` when the journal does not know the run.
-async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>> {
+/// with its follower, bound to `owner` (the owner whose scope names the run's keys). `None` when
+/// the journal does not know the run in that chat. Mirrors are kept by their chat's keys, so a
+/// run id named in another owner's chat never reaches this one.
+async fn mirror(c: &Arc<Cluster>, scope: &str, owner: Owner, run_id: &str) -> Option<Arc<Run>> {
     let _one = c.creating.lock().await;
-    if let Some(run) = c.mirrors.get(run_id).and_then(|w| w.upgrade()) {
+    let keys = RunKeys::new(scope, run_id);
+    if let Some(run) = c.mirrors.get(&keys.m).and_then(|w| w.upgrade()) {
         return Some(run);
     }
-    let keys = RunKeys::new(scope, run_id);
     let bell = c.subscribe(&keys.bell).await.ok()?;
     watch(c, &keys).await;
     let seed = match seed(c, &keys, run_id).await {
@@ -110,6 +112,7 @@ async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>>
         Box::new(journal.clone()),
     ));
     run.set_mirror();
+    run.bind_owner(owner);
     if let Some(h) = header(&seed.header) {
         run.set_header(h);
     }
@@ -119,7 +122,7 @@ async fn mirror(c: &Arc<Cluster>, scope: &str, run_id: &str) -> Option<Arc<Run>>
     } else {
         bell.follow_on(Some((journal.clone(), seed.ckpt)));
     }
-    c.mirrors.insert(run_id.to_string(), Arc::downgrade(&run));
+    c.mirrors.insert(keys.m.clone(), Arc::downgrade(&run));
     info!("run {run_id}: following it from the shared journal");
     let f = Follower {
         c: c.clone(),
