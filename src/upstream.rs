@@ -57,12 +57,18 @@ fn hop_by_hop(headers: &http::HeaderMap) -> Vec<String> {
 }
 
 /// An upstream response header as relayed to a client: unchanged but for hop-by-hop headers,
-/// and chunked framing when `chunked` (Pingora redoes the framing).
+/// and chunked framing when `chunked` (Pingora redoes the framing). A `204` or `304` has no
+/// body, so it never gets framing headers (RFC 9110 §6.4.1); a `204` loses a `Content-Length`
+/// too (§8.6).
 pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
     for name in hop_by_hop(&h.headers) {
         h.remove_header(&name);
     }
-    if chunked {
+    let status = h.status.as_u16();
+    if status == 204 {
+        h.remove_header("content-length");
+    }
+    if chunked && !matches!(status, 204 | 304) {
         h.remove_header("content-length");
         let _ = h.insert_header("transfer-encoding", "chunked");
     }
@@ -109,10 +115,13 @@ impl Upstream {
         Box::new(self.peer.clone())
     }
 
-    /// Sends `req` with `body` and reads the response head. A pooled connection that fails
-    /// before the backend sent anything (it closed the idle connection meanwhile) is retried
-    /// once on a fresh one; a timeout or a garbled answer is not (the backend may have taken the
-    /// request).
+    /// Sends `req` with `body` and reads the response head. The request goes to the backend at
+    /// most once: only a pooled connection found gone before any byte of the request was
+    /// written to it (the backend closed the idle connection meanwhile) is retried, once, on a
+    /// fresh one. Once a byte was written, a failure before the answer (a close, a reset, a
+    /// timeout, a garbled head) is the caller's error: the backend may be running the turn.
+    /// (Pingora's pool drops idle connections the backend closed, and checks each one again
+    /// just before handing it out.)
     pub async fn open(
         &self,
         req: &RequestHeader,
