@@ -8,6 +8,7 @@ pub mod exchange;
 pub mod producer;
 pub mod wire;
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -83,21 +84,37 @@ pub struct Upstream {
     opts: config::Upstream,
 }
 
+/// The first address `hostport` (`host:port`) resolves to: a DNS lookup for a host name.
+pub fn resolve(hostport: &str) -> std::io::Result<SocketAddr> {
+    let cannot = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("cannot resolve the backend address {hostport:?}: {why}"),
+        )
+    };
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| cannot(e.to_string()))?
+        .next()
+        .ok_or_else(|| cannot("no address".into()))
+}
+
 impl Upstream {
-    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1).
-    pub fn new(addr: &str, opts: config::Upstream) -> Self {
-        let mut peer = HttpPeer::new(addr, false, String::new());
+    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1), resolved once here.
+    pub fn new(addr: &str, opts: config::Upstream) -> std::io::Result<Self> {
+        // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
+        let mut peer = HttpPeer::new(resolve(addr)?, false, String::new());
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
         peer.options.idle_timeout = Some(POOL_IDLE);
         // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.
         peer.options.read_timeout = Some(opts.idle_timeout.0);
         peer.options.write_timeout = Some(opts.write_timeout.0);
-        Upstream {
+        Ok(Upstream {
             connector: TransportConnector::new(None),
             connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
             peer,
             opts,
-        }
+        })
     }
 
     /// How long a backend may stay silent mid-answer.
