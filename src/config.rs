@@ -152,7 +152,12 @@ impl Config {
         if let Some(v) = flags.journal_cluster {
             file.journal.cluster = v;
         }
-        let mut cfg = file.validate()?;
+        let mut cfg = file.validate().map_err(|mut e| {
+            if e.key == "server.upstream" {
+                e.key = upstream_key(flags).into();
+            }
+            e
+        })?;
         if let Some(s) = &flags.auth_subject {
             cfg.subject = s.clone();
         }
@@ -290,6 +295,47 @@ fn default_replica_id() -> String {
     )
 }
 
+/// The backend's `host:port` from `--upstream`'s value (an `http://` prefix and a trailing
+/// slash allowed), or what is wrong with it. The host is not looked up here (see
+/// [`Config::resolve_upstream`]).
+fn upstream_hostport(u: &str) -> Result<String, String> {
+    let hostport = u.strip_prefix("http://").unwrap_or(u).trim_end_matches('/');
+    let bad = |why: &str| Err(format!("{u:?} must be host:port (plain HTTP): {why}"));
+    let Some((host, port)) = hostport.rsplit_once(':') else {
+        return bad("no port");
+    };
+    if hostport.contains('/') || host.is_empty() || host.contains(char::is_whitespace) {
+        return bad("no host");
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(hostport.to_string()),
+        _ => bad("the port is not a number from 1 to 65535"),
+    }
+}
+
+/// The key an error about the backend address names: the flag when the value came from it
+/// (or its environment variable), else the file's key.
+fn upstream_key(flags: &Flags) -> &'static str {
+    match flags.upstream {
+        Some(_) => "--upstream",
+        None => "server.upstream",
+    }
+}
+
+impl Config {
+    /// Looks the backend's host up (once, at start: the address is kept for the process's
+    /// life). `None` without a backend (the demo). A name that does not resolve is a
+    /// [`ConfigError`] naming `--upstream` or `server.upstream`, whichever set it.
+    pub fn resolve_upstream(&self, flags: &Flags) -> Result<Option<SocketAddr>, ConfigError> {
+        let Some(hostport) = &self.upstream else {
+            return Ok(None);
+        };
+        crate::upstream::resolve(hostport)
+            .map(Some)
+            .map_err(|e| err(upstream_key(flags), e.to_string()))
+    }
+}
+
 fn addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
     v.parse()
         .map_err(|_| err(key, format!("{v:?} is not an ip:port address")))
@@ -302,16 +348,7 @@ impl File {
         let admin = addr("server.admin", &self.server.admin)?;
         let upstream = match self.server.upstream.trim() {
             "" => None,
-            u => {
-                let hostport = u.strip_prefix("http://").unwrap_or(u).trim_end_matches('/');
-                if hostport.contains('/') || !hostport.contains(':') {
-                    return Err(err(
-                        "server.upstream",
-                        format!("{u:?} must be host:port (plain HTTP)"),
-                    ));
-                }
-                Some(hostport.to_string())
-            }
+            u => Some(upstream_hostport(u).map_err(|m| err("server.upstream", m))?),
         };
         let r = &self.recorder;
         if r.window == 0 {

@@ -183,6 +183,18 @@ impl Ingest {
         self.bytes
     }
 
+    /// How a body that ended with the connection ended (a close-delimited answer: no length,
+    /// no chunking). The close cannot tell a finished answer from a backend that died
+    /// mid-answer, so it is a clean end only when the format's terminal event arrived (after
+    /// its finish marker where the format has one); otherwise the answer was cut
+    /// (`upstream_reset`), whatever the route's `commit`.
+    pub fn at_close(&self) -> Ending {
+        match self.saw_terminal {
+            true => Ending::Clean,
+            false => Ending::Failed(EndReason::UpstreamReset),
+        }
+    }
+
     /// Whether the run's answer was persisted, and why not. A stop or a failure is never
     /// persisted; a clean end is persisted per the route's `commit` rule (for `eof`: the
     /// format's terminal event arrived, after its finish marker where the format has one, and

@@ -177,6 +177,11 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    // The backend's name is looked up once, now: one that does not resolve is a bad flag.
+    if let Err(e) = cfg.resolve_upstream(&flags) {
+        eprintln!("tether: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
     init_logging(flags.log_format);
     raise_open_files_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();

@@ -112,7 +112,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         None => Auth::new(cfg.subject.clone()),
     };
     let shared = Arc::new(Shared {
-        upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())),
+        upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())?),
         auth,
         journal,
         registry: registry.clone(),

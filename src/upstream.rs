@@ -8,6 +8,7 @@ pub mod exchange;
 pub mod producer;
 pub mod wire;
 
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -61,12 +62,18 @@ fn hop_by_hop(headers: &http::HeaderMap) -> Vec<String> {
 }
 
 /// An upstream response header as relayed to a client: unchanged but for hop-by-hop headers,
-/// and chunked framing when `chunked` (Pingora redoes the framing).
+/// and chunked framing when `chunked` (Pingora redoes the framing). A `204` or `304` has no
+/// body, so it never gets framing headers (RFC 9110 §6.4.1); a `204` loses a `Content-Length`
+/// too (§8.6).
 pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
     for name in hop_by_hop(&h.headers) {
         h.remove_header(&name);
     }
-    if chunked {
+    let status = h.status.as_u16();
+    if status == 204 {
+        h.remove_header("content-length");
+    }
+    if chunked && !matches!(status, 204 | 304) {
         h.remove_header("content-length");
         let _ = h.insert_header("transfer-encoding", "chunked");
     }
@@ -81,21 +88,37 @@ pub struct Upstream {
     opts: config::Upstream,
 }
 
+/// The first address `hostport` (`host:port`) resolves to: a DNS lookup for a host name.
+pub fn resolve(hostport: &str) -> std::io::Result<SocketAddr> {
+    let cannot = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("cannot resolve the backend address {hostport:?}: {why}"),
+        )
+    };
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| cannot(e.to_string()))?
+        .next()
+        .ok_or_else(|| cannot("no address".into()))
+}
+
 impl Upstream {
-    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1).
-    pub fn new(addr: &str, opts: config::Upstream) -> Self {
-        let mut peer = HttpPeer::new(addr, false, String::new());
+    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1), resolved once here.
+    pub fn new(addr: &str, opts: config::Upstream) -> std::io::Result<Self> {
+        // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
+        let mut peer = HttpPeer::new(resolve(addr)?, false, String::new());
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
         peer.options.idle_timeout = Some(POOL_IDLE);
         // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.
         peer.options.read_timeout = Some(opts.idle_timeout.0);
         peer.options.write_timeout = Some(opts.write_timeout.0);
-        Upstream {
+        Ok(Upstream {
             connector: TransportConnector::new(None),
             connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
             peer,
             opts,
-        }
+        })
     }
 
     /// How long a backend may stay silent mid-answer.
@@ -113,10 +136,13 @@ impl Upstream {
         Box::new(self.peer.clone())
     }
 
-    /// Sends `req` with `body` and reads the response head. A pooled connection that fails
-    /// before the backend sent anything (it closed the idle connection meanwhile) is retried
-    /// once on a fresh one; a timeout or a garbled answer is not (the backend may have taken the
-    /// request).
+    /// Sends `req` with `body` and reads the response head. The request goes to the backend at
+    /// most once: only a pooled connection found gone before any byte of the request was
+    /// written to it (the backend closed the idle connection meanwhile) is retried, once, on a
+    /// fresh one. Once a byte was written, a failure before the answer (a close, a reset, a
+    /// timeout, a garbled head) is the caller's error: the backend may be running the turn.
+    /// (Pingora's pool drops idle connections the backend closed, and checks each one again
+    /// just before handing it out.)
     pub async fn open(
         &self,
         req: &RequestHeader,

@@ -18,7 +18,8 @@ pub enum Commit {
     /// The upstream ended cleanly after a terminal event of its format.
     Eof,
     /// The upstream ended its body cleanly, whatever its last event (for streams whose format
-    /// tether does not judge, such as LangGraph's or an SSE v2 envelope).
+    /// tether does not judge, such as LangGraph's or an SSE v2 envelope). A close-delimited
+    /// body ends cleanly only after a terminal event (see `Ingest::at_close`).
     CleanEnd,
     /// An event of this type (and `name`, when given) arrived.
     Event {

@@ -409,3 +409,44 @@ fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
         .unwrap();
     assert!(c.cluster);
 }
+
+#[test]
+fn a_bad_upstream_names_the_flag_or_the_key_it_came_from() {
+    for bad in ["host:99999", "host:0", "host:", ":80", "host:http", "host"] {
+        let f = Flags::parse_from(["tether", "--upstream", bad]);
+        let e = Config::from_parts(File::default(), &f).unwrap_err();
+        assert_eq!(e.key, "--upstream", "{bad}: {e}");
+        assert!(e.message.contains(bad), "{bad}: {e}");
+        let file = parse_file(&format!("[server]\nupstream = \"{bad}\"\n")).unwrap();
+        let e = Config::from_parts(file, &flags()).unwrap_err();
+        assert_eq!(e.key, "server.upstream", "{bad}: {e}");
+    }
+    for good in [
+        "127.0.0.1:9",
+        "http://backend:3000/",
+        "[::1]:80",
+        "localhost:65535",
+    ] {
+        let f = Flags::parse_from(["tether", "--upstream", good]);
+        assert!(Config::from_parts(File::default(), &f).is_ok(), "{good}");
+    }
+    // A host name is looked up at start, not while the file is checked.
+    let f = Flags::parse_from(["tether", "--upstream", "nosuchhost.invalid:80"]);
+    let c = Config::from_parts(File::default(), &f).unwrap();
+    let e = c.resolve_upstream(&f).unwrap_err();
+    assert_eq!(e.key, "--upstream");
+    assert!(e.message.contains("nosuchhost.invalid:80"), "{e}");
+    let f = Flags::parse_from(["tether", "--upstream", "127.0.0.1:9"]);
+    let c = Config::from_parts(File::default(), &f).unwrap();
+    assert_eq!(
+        c.resolve_upstream(&f).unwrap(),
+        Some("127.0.0.1:9".parse().unwrap())
+    );
+    assert_eq!(
+        Config::load(&flags())
+            .unwrap()
+            .resolve_upstream(&flags())
+            .unwrap(),
+        None
+    );
+}

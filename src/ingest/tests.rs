@@ -223,3 +223,24 @@ fn a_top_level_cursor_reads_as_the_whole_document_would() {
         "an escaped pointer"
     );
 }
+
+#[test]
+fn a_body_that_ends_with_the_connection_ends_cleanly_only_after_its_terminal_event() {
+    for commit in [Commit::CleanEnd, Commit::Eof] {
+        let mut i = ingest(commit.clone());
+        feed(&mut i, b"data: {\"type\":\"RUN_STARTED\"}\n\n");
+        assert_eq!(
+            i.at_close(),
+            Ending::Failed(EndReason::UpstreamReset),
+            "{commit:?}"
+        );
+        let v = i.verdict(i.at_close());
+        assert_eq!(
+            (v.persisted, v.reason),
+            (false, Some(EndReason::UpstreamReset))
+        );
+        feed(&mut i, b"data: {\"type\":\"RUN_FINISHED\"}\n\n");
+        assert_eq!(i.at_close(), Ending::Clean, "{commit:?}");
+        assert!(i.verdict(i.at_close()).persisted, "{commit:?}");
+    }
+}

@@ -303,8 +303,9 @@ pub(crate) async fn relay(
     write_limit: Option<Duration>,
 ) -> Reply {
     let mut stall = write_limit.map(Stall::new);
-    let chunked =
-        matches!(source, Source::Tee(_)) || header.headers.get("content-length").is_none();
+    // The answer to a HEAD has no body: its head goes out as the backend framed it.
+    let chunked = session.req_header().method != http::Method::HEAD
+        && (matches!(source, Source::Tee(_)) || header.headers.get("content-length").is_none());
     if session
         .write_response_header(Box::new(relayed(header, chunked)), false)
         .await

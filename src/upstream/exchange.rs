@@ -39,8 +39,10 @@ pub struct Limits {
 pub struct Failed {
     /// What went wrong.
     pub error: UpstreamError,
-    /// The backend sent nothing before the connection failed: a stale pooled connection, which
-    /// a fresh one may retry.
+    /// The connection failed before any byte of the request was handed to it (a pooled
+    /// connection the backend had closed), so the backend cannot have seen the request and a
+    /// fresh connection may carry it. Once a byte was written this is never set: the backend
+    /// may be running the turn.
     pub retry: bool,
 }
 
@@ -94,8 +96,11 @@ pub struct Exchange<S = Stream> {
     reader: Reader<S>,
     header: ResponseHeader,
     body: Decoder,
-    /// Neither side ends the connection after this answer.
+    /// Neither side ends the connection after this answer, and its framing leaves no doubt
+    /// where the answer ends ([`wire::framing_in_doubt`]).
     keep_alive: bool,
+    /// The body has no length or chunking of its own: it ends when the connection closes.
+    close_delimited: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
@@ -109,16 +114,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         limits: Limits,
     ) -> Result<Self, Failed> {
         let mut request = Buf::chain(head, body);
+        let total = request.remaining();
         let write = async {
             stream.write_all_buf(&mut request).await?;
             stream.flush().await
         };
-        match tokio::time::timeout(limits.write, write).await {
+        let written = tokio::time::timeout(limits.write, write).await;
+        match written {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 return Err(Failed {
                     error: io_error(&e, "writing the request"),
-                    retry: true,
+                    retry: request.remaining() == total,
                 })
             }
             Err(_) => {
@@ -129,7 +136,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
             }
         }
         let mut reader = Reader::new(stream);
-        let header = match tokio::time::timeout(limits.head, read_head(&mut reader)).await {
+        let mut header = match tokio::time::timeout(limits.head, read_head(&mut reader)).await {
             Ok(h) => h?,
             Err(_) => {
                 return Err(failed(
@@ -144,8 +151,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
                 format!("upstream response head: {e}"),
             )
         })?;
+        let doubt = wire::framing_in_doubt(&header, method);
+        wire::drop_overridden_length(&mut header);
         Ok(Exchange {
-            keep_alive: wire::keeps_alive(&header) && framing != Framing::Close,
+            keep_alive: wire::keeps_alive(&header) && framing != Framing::Close && !doubt,
+            close_delimited: framing == Framing::Close,
             body: Decoder::new(framing),
             reader,
             header,
@@ -155,6 +165,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
     /// The response header as the backend sent it (after any 1xx).
     pub fn header(&self) -> &ResponseHeader {
         &self.header
+    }
+
+    /// Whether the body ends when the backend closes the connection (no length, no chunking):
+    /// its end then cannot tell a finished answer from a backend that died mid-answer.
+    pub fn is_close_delimited(&self) -> bool {
+        self.close_delimited
     }
 
     /// The next piece of the body; `None` at its clean end. After an error the exchange is
@@ -191,16 +207,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
     }
 
     /// The connection, when it can carry another request: the body was read to its clean end,
-    /// nothing was read past it, and neither side asked for a close.
+    /// nothing was read past it, neither side asked for a close, and the answer's framing left
+    /// no doubt where it ended (never after a bodiless answer, whose stray body could follow).
     pub fn into_reusable(self) -> Option<S> {
         let clean = self.keep_alive && self.body.is_done() && self.reader.buf.is_empty();
         clean.then_some(self.reader.stream)
     }
 }
 
-/// Reads the response head, skipping 1xx heads.
+/// Reads the response head, skipping 1xx heads. The request was written: no failure here is
+/// retried.
 async fn read_head<S: AsyncRead + Unpin>(reader: &mut Reader<S>) -> Result<ResponseHeader, Failed> {
-    let mut received = false;
     loop {
         match wire::parse_head(&reader.buf) {
             Ok(Some((header, len))) => {
@@ -227,19 +244,16 @@ async fn read_head<S: AsyncRead + Unpin>(reader: &mut Reader<S>) -> Result<Respo
         }
         match reader.fill().await {
             Ok(0) => {
-                return Err(Failed {
-                    error: UpstreamError {
-                        kind: UpstreamErrorKind::Reset,
-                        message: "upstream closed the connection before its response head".into(),
-                    },
-                    retry: !received,
-                })
+                return Err(failed(
+                    UpstreamErrorKind::Reset,
+                    "upstream closed the connection before its response head".into(),
+                ))
             }
-            Ok(_) => received = true,
+            Ok(_) => {}
             Err(e) => {
                 return Err(Failed {
                     error: io_error(&e, "reading the response head"),
-                    retry: !received,
+                    retry: false,
                 })
             }
         }

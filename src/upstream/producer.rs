@@ -386,6 +386,15 @@ async fn read(
         };
         let chunk = match chunk {
             Ok(Some(c)) => c,
+            // A close-delimited body's close is a clean end only after a terminal event.
+            Ok(None) if s.is_close_delimited() && ingest.at_close() != Ending::Clean => {
+                m.upstream_errors.inc(UpstreamErrorKind::Reset);
+                warn!(
+                    "run {}: upstream closed before its terminal event",
+                    run.id()
+                );
+                break ingest.at_close();
+            }
             Ok(None) => break Ending::Clean,
             Err(e) => {
                 let kind = e.kind;

@@ -45,3 +45,21 @@ fn a_relayed_response_loses_its_hop_by_hop_headers_and_is_rechunked() {
     assert_eq!(r.headers["transfer-encoding"], "chunked");
     assert_eq!(relayed(h, false).headers["content-length"], "5");
 }
+
+#[test]
+fn a_relayed_204_or_304_gets_no_framing_headers() {
+    let mut h = ResponseHeader::build(204, None).unwrap();
+    h.insert_header("content-length", "5").unwrap();
+    h.insert_header("transfer-encoding", "chunked").unwrap();
+    let r = relayed(h, true);
+    assert!(r.headers.get("content-length").is_none());
+    assert!(r.headers.get("transfer-encoding").is_none());
+    let mut h = ResponseHeader::build(304, None).unwrap();
+    h.insert_header("content-length", "5").unwrap();
+    let r = relayed(h, true);
+    assert!(r.headers.get("transfer-encoding").is_none());
+    assert_eq!(
+        r.headers["content-length"], "5",
+        "a 304 may say the length it would have had"
+    );
+}

@@ -74,8 +74,7 @@ pub fn request_head(req: &RequestHeader) -> Result<BytesMut, WireError> {
 
 /// Parses a response head from the start of `buf`: the header and the head's length, or `None`
 /// when more bytes are needed. A head over [`MAX_HEAD`] is an error whether or not it ended.
-/// When both `Transfer-Encoding` and `Content-Length` are present the latter is dropped
-/// (RFC 9112 §6.3).
+/// The headers are kept as sent; see [`drop_overridden_length`].
 pub fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize)>, WireError> {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut resp = httparse::Response::new(&mut slots);
@@ -107,10 +106,29 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(ResponseHeader, usize)>, WireErr
         h.append_header(Bytes::copy_from_slice(field.name.as_bytes()), value)
             .map_err(|_| WireError::Invalid("header name"))?;
     }
+    Ok(Some((h, len)))
+}
+
+/// Drops `Content-Length` from a head that also has `Transfer-Encoding`, which overrides it
+/// (RFC 9112 §6.3), so the answer is relayed by one framing only.
+pub fn drop_overridden_length(h: &mut ResponseHeader) {
     if h.headers.contains_key(http::header::TRANSFER_ENCODING) {
         h.remove_header(&http::header::CONTENT_LENGTH);
     }
-    Ok(Some((h, len)))
+}
+
+/// Whether the head of `h`, the answer to a `method` request, leaves doubt about where the
+/// answer ends on the connection, so that bytes after it could be taken for the next answer:
+/// a bodiless answer (`204`, `304`, the answer to a `HEAD`: a body sent anyway may still be on
+/// its way), both `Transfer-Encoding` and `Content-Length` (RFC 9112 §6.3 item 3: a possible
+/// smuggling attempt), or `Transfer-Encoding` in an HTTP/1.0 answer (§6.1). The answer is still
+/// read; its connection is closed after it instead of going back to the pool.
+pub fn framing_in_doubt(h: &ResponseHeader, method: &http::Method) -> bool {
+    let coded = h.headers.contains_key(http::header::TRANSFER_ENCODING);
+    method == http::Method::HEAD
+        || matches!(h.status.as_u16(), 204 | 304)
+        || (coded && h.headers.contains_key(http::header::CONTENT_LENGTH))
+        || (coded && h.version != http::Version::HTTP_11)
 }
 
 /// How a response body is delimited (RFC 9112 §6.3).

@@ -1,10 +1,11 @@
 //! Hostile clients at the proxy (malformed HTTP, truncated bodies, slow-loris headers, abrupt
 //! resets) while a turn is recorded: tether stays up, serves a normal turn, and loses no event.
 //! Clients that name their caller twice are refused; a client's `X-Tether-Run-Id` never reaches
-//! the backend.
+//! the backend. And backends that end their answers in doubt: tether never claims a save it
+//! cannot see.
 
 use crate::support::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -268,4 +269,86 @@ kind = "passthrough"
     for (_, path, _) in forwarded {
         assert_eq!(ids(path), Vec::<String>::new(), "{path}");
     }
+}
+
+/// A backend answering each request with a close-delimited SSE body (no length, no chunking)
+/// of the events `events(chat_id)` gives, then closing the connection (FIN, as a crashed
+/// process's kernel does).
+async fn close_delimited_backend(
+    events: impl Fn(&str) -> Vec<Value> + Send + Sync + 'static,
+) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let events = std::sync::Arc::new(events);
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let events = events.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let body = loop {
+                    let mut more = [0; 4096];
+                    match sock.read(&mut more).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&more[..n]),
+                    }
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if buf.len() >= end + 4 + len {
+                        break buf[end + 4..end + 4 + len].to_vec();
+                    }
+                };
+                let chat_id = serde_json::from_slice::<Value>(&body).unwrap()["chat_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                let mut out =
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n".to_vec();
+                for e in events(&chat_id) {
+                    out.extend_from_slice(&sse(&e));
+                }
+                let _ = sock.write_all(&out).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_delimited_answer_cut_before_its_terminal_event_is_not_saved_by_clean_end() {
+    let events = turn(4);
+    let ev = events.clone();
+    let addr = close_delimited_backend(move |chat_id| match chat_id {
+        "cut" => ev[..3].to_vec(),
+        _ => ev.clone(),
+    })
+    .await;
+    let routes =
+        "[[routes]]\nmethods=[\"POST\"]\npath=\"/chat\"\nkind=\"record\"\ncommit=\"clean_end\"\n";
+    let tether = sidecar(addr, routes).await;
+    let f = post(tether.addr, "/chat", &chat("cut"))
+        .await
+        .frames_to_end()
+        .await;
+    let end = f.last().unwrap();
+    assert_eq!(end.ty(), "STREAM_END");
+    assert_eq!(
+        (end.json["persisted"].clone(), end.json["reason"].clone()),
+        (json!(false), json!("upstream_reset"))
+    );
+    assert_eq!(end.seq(), 3);
+    let f = post(tether.addr, "/chat", &chat("whole"))
+        .await
+        .frames_to_end()
+        .await;
+    let end = f.last().unwrap();
+    assert_eq!(end.json["persisted"], true, "its terminal event arrived");
+    assert_eq!(end.seq(), events.len() as u64);
 }

@@ -226,6 +226,25 @@ fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
     assert!(status.success(), "{status:?}");
 }
 
+#[test]
+fn a_bad_upstream_exits_64_naming_the_flag() {
+    for upstream in ["nosuchhost.invalid:80", "localhost:99999", "127.0.0.1:0"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--upstream", upstream])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = within_blocking(move || out.wait_with_output().unwrap());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{upstream}: {stderr}");
+        assert!(stderr.contains("--upstream"), "{upstream}: {stderr}");
+        assert!(stderr.contains(upstream), "{upstream}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{upstream}: {stderr}");
+    }
+}
+
 /// Runs a blocking wait on a thread, bounded by the harness limit.
 fn within_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();

@@ -325,3 +325,41 @@ fn the_request_head_is_http_1_1_with_the_headers_as_given() {
         "POST /chat?x=1 HTTP/1.1\r\nHost: backend\r\nContent-Length: 2\r\n\r\n"
     );
 }
+
+#[test]
+fn framing_is_in_doubt_for_bodiless_answers_and_conflicting_or_misplaced_codings() {
+    let post = http::Method::POST;
+    let cases = [
+        ("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", &post, false),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &post,
+            false,
+        ),
+        ("HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n", &post, false),
+        ("HTTP/1.1 204 No Content\r\n\r\n", &post, true),
+        ("HTTP/1.1 304 Not Modified\r\n\r\n", &post, true),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n",
+            &http::Method::HEAD,
+            true,
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            &post,
+            true,
+        ),
+        (
+            "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            &post,
+            true,
+        ),
+    ];
+    for (text, method, want) in cases {
+        assert_eq!(
+            framing_in_doubt(&head(text), method),
+            want,
+            "{method} {text:?}"
+        );
+    }
+}
