@@ -128,6 +128,12 @@ impl Config {
         if let Some(v) = flags.max_chats {
             file.recorder.max_chats = v;
         }
+        if let Some(v) = flags.max_buffered_bytes {
+            file.limits.max_buffered_bytes = v;
+        }
+        if let Some(v) = flags.max_client_buffer_bytes {
+            file.limits.max_client_buffer_bytes = v;
+        }
         if let Some(v) = flags.heartbeat {
             file.server.heartbeat = Dur(v);
         }
@@ -384,6 +390,18 @@ impl File {
         }
         if l.max_runs == 0 {
             return Err(err("limits.max_runs", "must be at least 1"));
+        }
+        if l.max_client_buffer_bytes < 128 * 1024 {
+            return Err(err(
+                "limits.max_client_buffer_bytes",
+                "must be at least 131072 (two upstream reads)",
+            ));
+        }
+        if l.max_buffered_bytes < l.max_client_buffer_bytes.max(r.max_event_bytes) {
+            return Err(err(
+                "limits.max_buffered_bytes",
+                "must be at least limits.max_client_buffer_bytes and recorder.max_event_bytes",
+            ));
         }
         let subject: Subject = self
             .auth

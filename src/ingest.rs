@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 
+use crate::budget::{Budget, Charge};
 use crate::config::Commit;
 use crate::format::{detect_from_event, Event, Format, FormatKind};
 use crate::journal::raw::Frame;
@@ -33,6 +34,8 @@ pub enum Ending {
 pub struct Fed {
     /// Sizes of the events dropped for being over the event cap.
     pub oversized: Vec<usize>,
+    /// Bytes of an unfinished event dropped because the buffer budget had no room for it.
+    pub over_budget: Option<usize>,
 }
 
 /// The decided end of a run.
@@ -63,6 +66,10 @@ pub struct Ingest {
     /// `event:` alias pointers not found yet.
     alias_pointers: Vec<String>,
     aliases_found: Vec<String>,
+    /// The unfinished event's bytes, held against the buffer budget when one is set.
+    held: Option<Charge>,
+    /// An event was dropped (over the cap or the budget): the record is not the whole answer.
+    lost: bool,
 }
 
 impl Ingest {
@@ -84,7 +91,16 @@ impl Ingest {
             raw_out: Vec::new(),
             alias_pointers: Vec::new(),
             aliases_found: Vec::new(),
+            held: None,
+            lost: false,
         }
+    }
+
+    /// Also holds the bytes of the event being decoded against `budget`: an event still
+    /// arriving when the budget has no room for it is dropped ([`Fed::over_budget`]).
+    pub fn with_budget(mut self, budget: &Budget) -> Self {
+        self.held = Some(budget.empty());
+        self
     }
 
     /// Also keeps each event's raw frame ([`Self::take_raw`]), indexed by the integer at
@@ -161,7 +177,18 @@ impl Ingest {
                     self.committed |= commits(&self.commit, &ev);
                     batch.push(ev);
                 }
-                Decoded::Oversized { bytes } => fed.oversized.push(bytes),
+                Decoded::Oversized { bytes } => {
+                    self.lost = true;
+                    fed.oversized.push(bytes);
+                }
+            }
+        }
+        drop(raws);
+        if let Some(held) = &mut self.held {
+            if !held.resize(self.decoder.buffered()) {
+                fed.over_budget = self.decoder.discard_partial();
+                self.lost |= fed.over_budget.is_some();
+                held.resize(self.decoder.buffered());
             }
         }
         self.events += batch.len() as u64;
@@ -170,7 +197,11 @@ impl Ingest {
 
     /// Ends decoding; true when the upstream stopped inside an event (which is discarded).
     pub fn finish(&mut self) -> bool {
-        self.decoder.finish()
+        let pending = self.decoder.finish();
+        if let Some(held) = &mut self.held {
+            held.resize(0);
+        }
+        pending
     }
 
     /// Events classified so far.
@@ -198,23 +229,28 @@ impl Ingest {
     /// Whether the run's answer was persisted, and why not. A stop or a failure is never
     /// persisted; a clean end is persisted per the route's `commit` rule (for `eof`: the
     /// format's terminal event arrived, after its finish marker where the format has one, and
-    /// no event said the turn failed).
+    /// no event said the turn failed). A run that lost an event (over the cap or the budget) is
+    /// never persisted: its record is not the whole answer (`event_too_large`, unless the
+    /// upstream itself said the turn failed).
     pub fn verdict(&self, ending: Ending) -> Verdict {
-        let persisted = match ending {
-            Ending::Clean => match self.commit {
-                Commit::Eof => self.saw_terminal && self.failure.is_none(),
-                Commit::CleanEnd => self.failure.is_none(),
-                Commit::Event { .. } => self.committed,
-            },
-            // `commit = event:…` counts the committing event even if the upstream then failed.
-            Ending::Failed(_) => matches!(self.commit, Commit::Event { .. }) && self.committed,
-            Ending::Stopped(_) => false,
-        };
+        let persisted = !self.lost
+            && match ending {
+                Ending::Clean => match self.commit {
+                    Commit::Eof => self.saw_terminal && self.failure.is_none(),
+                    Commit::CleanEnd => self.failure.is_none(),
+                    Commit::Event { .. } => self.committed,
+                },
+                // `commit = event:…` counts the committing event even if the upstream then failed.
+                Ending::Failed(_) => matches!(self.commit, Commit::Event { .. }) && self.committed,
+                Ending::Stopped(_) => false,
+            };
         let reason = match (persisted, ending) {
             (true, _) => None,
             (false, Ending::Stopped(r) | Ending::Failed(r)) => Some(r),
             (false, Ending::Clean) => Some(match (&self.commit, self.failure) {
                 (Commit::Eof | Commit::CleanEnd, Some(failure)) => failure,
+                // The dropped event may have been the terminal or committing one.
+                _ if self.lost => EndReason::EventTooLarge,
                 (Commit::Eof | Commit::CleanEnd, None) => EndReason::NoTerminalEvent,
                 (Commit::Event { .. }, _) => EndReason::NotCommitted,
             }),

@@ -51,6 +51,9 @@ label_enum! {
         ErrorEvent => "error_event",
         /// The replica producing it died or stalled (shared journal only).
         OwnerLost => "owner_lost",
+        /// An upstream event was dropped: over `max_event_bytes`, or still arriving when
+        /// `max_buffered_bytes` had no room for it.
+        EventTooLarge => "event_too_large",
     }
 }
 

@@ -18,7 +18,7 @@
 //! | pure core: requests and answers | [`request`], [`attach`] (policy), [`error`], [`json`] |
 //! | state | [`auth`] → [`registry`] → [`run`] |
 //! | edges | [`proxy`] (Pingora adapter) → [`upstream`] (backend client and producer) / [`observer`] (write loop) |
-//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`], [`logging`] |
+//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`], [`budget`] (bytes buffered for clients and backends), [`logging`] |
 //!
 //! The pure core imports nothing from Pingora and no network types.
 
@@ -27,6 +27,7 @@
 
 pub mod attach;
 pub mod auth;
+pub mod budget;
 pub mod compact;
 pub mod config;
 pub mod dialect;

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Auth;
+use crate::budget::Budget;
 use crate::config::{Config, RouteKind};
 use crate::journal::EndReason;
 use crate::metrics::{EvictReason, Metrics};
@@ -116,6 +117,10 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         auth,
         journal,
         registry: registry.clone(),
+        budget: Budget::with_gauge(
+            cfg.limits.max_buffered_bytes,
+            metrics.buffered_bytes.clone(),
+        ),
         metrics: metrics.clone(),
         draining: Default::default(),
         producers: TaskTracker::new(),

@@ -11,7 +11,8 @@
 //! A `data` line that lies inside one chunk is handed out as a [`Bytes`] slice of that chunk,
 //! without copying. An event larger than the configured cap is dropped, reported once as
 //! [`Decoded::Oversized`], and decoding resumes at the next event; the decoder never buffers
-//! more than the cap.
+//! more than the cap. [`Decoder::discard_partial`] drops the event being built the same way, for a
+//! caller whose memory budget has no room for it.
 //!
 //! With [`Decoder::keep_raw`], the decoder also keeps each dispatched event's own frame (its
 //! `event`, `id` and `data` lines in their order, each ended by `\n`, then the blank line;
@@ -154,6 +155,21 @@ impl Decoder {
     /// How many oversized events have been dropped so far.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Drops the event being built (its carried-over line and data), as if it had grown past the
+    /// cap: decoding resumes after its blank line. For a caller whose memory budget has no room
+    /// for it. Returns the bytes given up, or `None` when nothing was held.
+    pub fn discard_partial(&mut self) -> Option<usize> {
+        let held = self.buffered();
+        if held == 0 || self.discarding {
+            return None;
+        }
+        self.discarding = true;
+        self.line.clear();
+        self.reset_event();
+        self.dropped += 1;
+        Some(held)
     }
 
     /// Decodes one chunk, appending what it completes to `out`.

@@ -6,6 +6,7 @@
 pub mod connect;
 pub mod exchange;
 pub mod producer;
+mod tee;
 pub mod wire;
 
 use std::net::{SocketAddr, ToSocketAddrs};

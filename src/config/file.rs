@@ -178,6 +178,11 @@ pub struct Limits {
     pub max_runs: usize,
     /// Bytes all recorded runs may hold; over it, as for `max_runs`.
     pub max_recorded_bytes: usize,
+    /// Bytes held at once for legacy clients' queues and unfinished upstream events, all runs
+    /// together; over it, the next chunk cuts its legacy client and a growing event is dropped.
+    pub max_buffered_bytes: usize,
+    /// Bytes one legacy client's queue may hold; a client that falls further behind is cut.
+    pub max_client_buffer_bytes: usize,
     /// Stop a run no client has watched for this long (`abandoned`); `0s` turns it off.
     pub abandon_after: Dur,
 }
@@ -189,6 +194,8 @@ impl Default for Limits {
             max_observers_per_run: 1024,
             max_runs: 10_000,
             max_recorded_bytes: 1 << 30,
+            max_buffered_bytes: 256 << 20,
+            max_client_buffer_bytes: 1 << 20,
             abandon_after: Dur(Duration::ZERO),
         }
     }

@@ -56,6 +56,13 @@ pub struct Flags {
     /// Chats with completed runs kept [default: 64].
     #[arg(long, env = "TETHER_MAX_CHATS")]
     pub max_chats: Option<usize>,
+    /// Bytes held for legacy clients' queues and unfinished upstream events, all runs together
+    /// [default: 268435456].
+    #[arg(long, env = "TETHER_MAX_BUFFERED_BYTES")]
+    pub max_buffered_bytes: Option<usize>,
+    /// Bytes one legacy client's queue may hold before it is cut [default: 1048576].
+    #[arg(long, env = "TETHER_MAX_CLIENT_BUFFER_BYTES")]
+    pub max_client_buffer_bytes: Option<usize>,
     /// Heartbeat interval on idle observer streams, e.g. 15s [default: 15s].
     #[arg(long, env = "TETHER_HEARTBEAT", value_parser = duration)]
     pub heartbeat: Option<Duration>,

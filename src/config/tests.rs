@@ -63,6 +63,34 @@ fn unknown_keys_and_bad_values_name_the_key() {
 }
 
 #[test]
+fn buffer_limits_have_safe_defaults_flags_and_floors() {
+    let c = File::default().validate().unwrap();
+    assert_eq!(c.limits.max_buffered_bytes, 256 << 20);
+    assert_eq!(c.limits.max_client_buffer_bytes, 1 << 20);
+    let f = Flags::parse_from([
+        "tether",
+        "--max-buffered-bytes",
+        "33554432",
+        "--max-client-buffer-bytes",
+        "262144",
+    ]);
+    let c = Config::from_parts(File::default(), &f).unwrap();
+    assert_eq!(c.limits.max_buffered_bytes, 32 << 20);
+    assert_eq!(c.limits.max_client_buffer_bytes, 256 << 10);
+    let e = parse_file("[limits]\nmax_client_buffer_bytes = 1000\n")
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.key, "limits.max_client_buffer_bytes");
+    // Below one event's cap, every large event would be dropped.
+    let e = parse_file("[limits]\nmax_buffered_bytes = 1048576\n")
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert_eq!(e.key, "limits.max_buffered_bytes");
+}
+
+#[test]
 fn auth_subject_forms() {
     let c = parse_file("[auth]\nsubject = \"header:X-User\"\n")
         .unwrap()

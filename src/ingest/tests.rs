@@ -48,6 +48,69 @@ fn an_oversized_event_is_reported_and_the_next_one_recorded() {
     assert_eq!(fed.oversized.len(), 1);
     assert_eq!(batch.len(), 1);
     assert!(batch[0].terminal);
+    // The answer's record lost an event: never persisted, whatever the commit rule.
+    assert_eq!(
+        i.verdict(Ending::Clean),
+        Verdict {
+            persisted: false,
+            reason: Some(EndReason::EventTooLarge)
+        }
+    );
+}
+
+#[test]
+fn a_lost_event_is_not_persisted_under_any_commit_rule_and_a_failure_still_says_so() {
+    let big = Bytes::from(format!("data: {}\n\n", "x".repeat(2000)));
+    for commit in [Commit::CleanEnd, persisted_event()] {
+        let mut i = ingest(commit);
+        feed(
+            &mut i,
+            b"data: {\"type\":\"CUSTOM\",\"name\":\"persisted\"}\n\n",
+        );
+        i.feed(&big, &mut Vec::new());
+        assert_eq!(
+            i.verdict(Ending::Clean),
+            Verdict {
+                persisted: false,
+                reason: Some(EndReason::EventTooLarge)
+            }
+        );
+        assert_eq!(
+            i.verdict(Ending::Failed(EndReason::UpstreamReset)).reason,
+            Some(EndReason::UpstreamReset)
+        );
+    }
+}
+
+#[test]
+fn an_unfinished_event_is_held_against_the_budget_and_dropped_when_it_has_no_room() {
+    let budget = crate::budget::Budget::new(100);
+    let mut i = ingest(Commit::Eof).with_budget(&budget);
+    let mut batch = Vec::new();
+    let fed = i.feed(
+        &Bytes::from_static(b"data: {\"type\":\"RUN_STA"),
+        &mut batch,
+    );
+    assert_eq!((fed.over_budget, budget.used()), (None, 22));
+    // Someone else takes the rest of the budget; the event cannot grow and is dropped.
+    let other = budget.try_charge(78).unwrap();
+    let fed = i.feed(&Bytes::from_static(b"RTED\"}"), &mut batch);
+    assert_eq!((fed.over_budget, budget.used()), (Some(28), 78));
+    // Decoding resumes after its blank line; complete events need no room.
+    let fed = i.feed(
+        &Bytes::from_static(b"\n\ndata: {\"type\":\"RUN_FINISHED\"}\n\n"),
+        &mut batch,
+    );
+    assert_eq!((fed.over_budget, batch.len()), (None, 1));
+    assert_eq!(
+        i.verdict(Ending::Clean).reason,
+        Some(EndReason::EventTooLarge)
+    );
+    drop(other);
+    i.feed(&Bytes::from_static(b"data: par"), &mut batch);
+    assert_eq!(budget.used(), 9);
+    i.finish();
+    assert_eq!(budget.used(), 0, "an ended stream holds nothing");
 }
 
 #[test]

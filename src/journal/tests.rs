@@ -71,7 +71,8 @@ fn end_reasons_read_as_their_wire_names() {
             "response_failed",
             "response_incomplete",
             "error_event",
-            "owner_lost"
+            "owner_lost",
+            "event_too_large"
         ]
     );
 }

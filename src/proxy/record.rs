@@ -239,6 +239,8 @@ impl Sidecar {
                 commit: route.commit.clone(),
                 window: s.cfg.recorder.window,
                 max_event: s.cfg.recorder.max_event_bytes,
+                budget: s.budget.clone(),
+                client_buffer: s.cfg.limits.max_client_buffer_bytes,
                 max_duration: (!max.is_zero()).then_some(max),
                 request: session.req_header().clone(),
                 body,

@@ -290,6 +290,14 @@ impl Source {
             Source::Tee(t) => t.next().await,
         }
     }
+
+    /// Resolves when the source cut its reader off mid-write (a legacy client too slow).
+    async fn cut(&self) {
+        match self {
+            Source::Upstream(..) => std::future::pending().await,
+            Source::Tee(t) => t.cut().await,
+        }
+    }
 }
 
 /// Relays `header` and the body of `source` to the client unchanged, chunk by chunk. A body that
@@ -321,7 +329,11 @@ pub(crate) async fn relay(
         match next {
             Ok(Some(chunk)) => {
                 let written = limited(&mut stall, session.write_response_body(Some(chunk), false));
-                if !matches!(written.await, Some(Ok(()))) {
+                let written = tokio::select! {
+                    w = written => w,
+                    _ = source.cut() => None,
+                };
+                if !matches!(written, Some(Ok(()))) {
                     return Reply::Abort;
                 }
             }

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::Auth;
+use crate::budget::Budget;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
@@ -23,6 +24,8 @@ pub struct Shared {
     pub upstream: Arc<Upstream>,
     /// Metric families.
     pub metrics: Metrics,
+    /// Bytes buffered for clients and backends (`[limits] max_buffered_bytes`).
+    pub budget: Budget,
     /// Caller identities.
     pub auth: Auth,
     /// Set on SIGTERM: new record requests are refused with 503.

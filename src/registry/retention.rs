@@ -1,7 +1,13 @@
 //! The registry's retention and eviction: the lazy and periodic sweeps (completed runs past the
-//! retention, then the oldest completed chats beyond `max_chats`), room made for a new run under
-//! the run and byte limits, and the hook told about every eviction.
+//! retention, then completed chats beyond `max_chats`), room made for a new run under the run and
+//! byte limits, and the hook told about every eviction.
+//!
+//! Eviction is fair between owners: the owner holding the most completed chats loses its oldest
+//! first, so one caller creating many chats evicts its own before anyone else's, and an owner is
+//! only reached once no other owner holds more completed chats than it does.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,7 +45,7 @@ impl Registry {
     }
 
     /// Drops completed runs older than the retention, then the chats beyond `max_chats` whose
-    /// runs have all completed, oldest completion first.
+    /// runs have all completed, in the fair order of the module docs.
     pub fn sweep(&self, now: Instant) -> Swept {
         let mut swept = Swept::default();
         let expired = |r: &Arc<Run>| {
@@ -69,23 +75,49 @@ impl Registry {
         swept
     }
 
-    /// Chats whose runs have all completed, oldest completion first.
-    fn idle_chats(&self) -> Vec<(Instant, String)> {
-        let mut idle: Vec<(Instant, String)> = self
-            .chats
-            .iter()
-            .filter(|c| !c.is_busy())
-            .filter_map(|c| c.completed_at().map(|t| (t, c.key().clone())))
+    /// Chats whose runs have all completed, in eviction order: each next one is the oldest
+    /// completion of the owner then holding the most of them (ties: the older completion).
+    fn idle_chats(&self) -> Vec<String> {
+        let mut by_owner: HashMap<Vec<u8>, Vec<(Instant, String)>> = HashMap::new();
+        for c in self.chats.iter().filter(|c| !c.is_busy()) {
+            if let Some(t) = c.completed_at() {
+                by_owner
+                    .entry(c.owner.as_bytes().to_vec())
+                    .or_default()
+                    .push((t, c.key().clone()));
+            }
+        }
+        let mut owners: Vec<VecDeque<(Instant, String)>> = by_owner
+            .into_values()
+            .map(|mut chats| {
+                chats.sort();
+                chats.into()
+            })
             .collect();
-        idle.sort();
-        idle
+        let mut next: BinaryHeap<(usize, Reverse<Instant>, usize)> = owners
+            .iter()
+            .enumerate()
+            .filter_map(|(i, o)| o.front().map(|(t, _)| (o.len(), Reverse(*t), i)))
+            .collect();
+        let mut order = Vec::with_capacity(owners.iter().map(VecDeque::len).sum());
+        while let Some((_, _, i)) = next.pop() {
+            let owner = &mut owners[i];
+            if let Some((_, scope)) = owner.pop_front() {
+                order.push(scope);
+            }
+            if let Some((t, _)) = owner.front() {
+                next.push((owner.len(), Reverse(*t), i));
+            }
+        }
+        order
     }
 
-    /// Evicts idle chats, oldest completion first: at least `count`, and then more while the
-    /// run count or recorded bytes are at or over the given limits. Returns runs evicted.
+    /// Evicts idle chats in the fair order of [`Self::idle_chats`]: at least `count`, and then
+    /// more while the run count or recorded bytes are at or over the given limits. Returns runs
+    /// evicted.
     fn evict_idle(&self, count: usize, max_runs: usize, max_bytes: usize) -> usize {
         let mut evicted = 0;
-        for (i, (_, scope)) in self.idle_chats().into_iter().enumerate() {
+        for (i, scope) in self.idle_chats().into_iter().enumerate() {
             let over = self.run_count() >= max_runs || self.recorded_bytes() >= max_bytes;
             if i >= count && !over {
                 break;

@@ -170,6 +170,53 @@ fn beyond_max_chats_the_oldest_completion_goes_first() {
     assert!(reg.current("c4", &ANY).is_some());
 }
 
+/// A run of `owner`'s chat `chat` that went live and completed.
+fn completed(reg: &Arc<Registry>, owner: Owner, chat: &str) -> Arc<Run> {
+    let p = reg.register(chat, owner, chat, Admission::Always).unwrap();
+    let run = Arc::new(Run::new(chat, 4));
+    reg.go_live(&p, run.clone());
+    run.finish(true, None);
+    run
+}
+
+#[test]
+fn one_owner_creating_many_chats_evicts_its_own_oldest_and_no_one_elses() {
+    let (a, b) = (Owner::of(b"alice"), Owner::of(b"bob"));
+    let reg = reg(Duration::from_secs(3600), 8);
+    // Alice's chats completed first: the oldest of all.
+    for c in ["a1", "a2", "a3"] {
+        completed(&reg, a, c);
+    }
+    for i in 0..20 {
+        completed(&reg, b, &format!("b{i:02}"));
+    }
+    reg.sweep(Instant::now());
+    assert_eq!(reg.chats(), 8);
+    for c in ["a1", "a2", "a3"] {
+        assert!(reg.current(c, &a).is_some(), "{c} survives");
+    }
+    let kept: Vec<String> = (0..20)
+        .map(|i| format!("b{i:02}"))
+        .filter(|c| reg.current(c, &b).is_some())
+        .collect();
+    assert_eq!(
+        kept,
+        ["b15", "b16", "b17", "b18", "b19"],
+        "bob's newest stay"
+    );
+    // The run limit is shared out the same way: bob is still the larger owner.
+    assert!(reg.make_room(7, usize::MAX));
+    assert_eq!(reg.run_count(), 6);
+    assert!(["a1", "a2", "a3"]
+        .iter()
+        .all(|c| reg.current(c, &a).is_some()));
+    assert!(reg.current("b16", &b).is_none() && reg.current("b17", &b).is_some());
+    // Once both hold as many, the older completion goes: alice's.
+    assert!(reg.make_room(6, usize::MAX));
+    assert!(reg.current("a1", &a).is_none());
+    assert!(reg.current("a2", &a).is_some() && reg.current("b17", &b).is_some());
+}
+
 #[test]
 fn make_room_evicts_completed_runs_first_and_never_active_ones() {
     let reg = reg(Duration::from_secs(3600), 100);

@@ -200,6 +200,32 @@ fn oversized_event_across_many_data_lines_is_dropped() {
 }
 
 #[test]
+fn a_discarded_partial_event_is_skipped_to_its_blank_line() {
+    let mut d = Decoder::new(1 << 20);
+    let mut out = Vec::new();
+    assert_eq!(d.discard_partial(), None, "nothing held");
+    d.feed(
+        &Bytes::from_static(b"data: a\n\ndata: part one\ndata: tw"),
+        &mut out,
+    );
+    // The data so far ("part one") and the carried-over line ("data: tw").
+    assert_eq!(d.discard_partial(), Some(8 + 8));
+    assert_eq!((d.buffered(), d.dropped()), (0, 1));
+    assert_eq!(d.discard_partial(), None, "already discarding");
+    d.feed(
+        &Bytes::from_static(b"o\ndata: three\n\ndata: b\n\n"),
+        &mut out,
+    );
+    assert_eq!(
+        out,
+        vec![
+            Decoded::Event(ev(None, "a", None)),
+            Decoded::Event(ev(None, "b", None)),
+        ]
+    );
+}
+
+#[test]
 fn data_inside_one_chunk_is_a_slice_of_that_chunk() {
     let chunk = Bytes::from_static(b"data: {\"a\":1}\n\ndata: split");
     let mut d = Decoder::new(1024);

@@ -14,11 +14,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use log::{info, warn};
 use pingora_http::{RequestHeader, ResponseHeader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
+pub use super::tee::TeeReader;
+use super::tee::{tee, Cut, Tee};
 use super::{is_recordable, Exchange, Upstream};
 use crate::auth::Owner;
+use crate::budget::Budget;
 use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::format::{detect_from_headers, Event, FormatChoice, FormatKind};
@@ -29,9 +32,6 @@ use crate::metrics::{DropReason, Metrics};
 use crate::registry::{Pending, Registry};
 use crate::run::{ObserverGuard, Run};
 use crate::stall::{Stall, Stalled};
-
-/// Upstream chunks queued for a legacy requester before it counts as too slow and is cut off.
-const RAW_QUEUE: usize = 1024;
 
 /// The upstream's answer, reported once by the producer.
 pub enum Head {
@@ -58,50 +58,6 @@ pub enum Head {
     Failed(UpstreamError),
 }
 
-/// The producer's side of a legacy requester's copy of the upstream bytes.
-struct Tee {
-    data: mpsc::Sender<Bytes>,
-    clean: oneshot::Sender<()>,
-}
-
-/// A legacy requester's copy of the upstream bytes. The data channel closes when the upstream
-/// ended or when this reader fell too far behind; only a clean upstream end also delivers the
-/// clean mark, so a cut is never mistaken for an end.
-pub struct TeeReader {
-    data: mpsc::Receiver<Bytes>,
-    clean: oneshot::Receiver<()>,
-}
-
-impl TeeReader {
-    /// The next chunk; `Ok(None)` once the upstream ended cleanly, `Err(())` when the stream was
-    /// cut (upstream failure, stop, or this reader too slow).
-    pub async fn next(&mut self) -> Result<Option<Bytes>, ()> {
-        match self.data.recv().await {
-            Some(chunk) => Ok(Some(chunk)),
-            // The producer sends the clean mark before it drops the data channel.
-            None => match self.clean.try_recv() {
-                Ok(()) => Ok(None),
-                Err(_) => Err(()),
-            },
-        }
-    }
-}
-
-fn tee() -> (Tee, TeeReader) {
-    let (data_tx, data_rx) = mpsc::channel(RAW_QUEUE);
-    let (clean_tx, clean_rx) = oneshot::channel();
-    (
-        Tee {
-            data: data_tx,
-            clean: clean_tx,
-        },
-        TeeReader {
-            data: data_rx,
-            clean: clean_rx,
-        },
-    )
-}
-
 /// Everything a producer needs.
 pub struct Job {
     /// The backend client.
@@ -124,6 +80,11 @@ pub struct Job {
     pub window: usize,
     /// Largest event recorded.
     pub max_event: usize,
+    /// The sidecar-wide budget of bytes buffered for clients and backends (unfinished events,
+    /// the legacy queue).
+    pub budget: Budget,
+    /// Bytes the legacy requester's queue may hold.
+    pub client_buffer: usize,
     /// Stop the run after this long, if set.
     pub max_duration: Option<Duration>,
     /// The client's request header.
@@ -173,6 +134,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         commit,
         window,
         max_event,
+        budget,
+        client_buffer,
         max_duration,
         request,
         body,
@@ -259,7 +222,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     m.runs_active.inc();
     let (tee, legacy) = match legacy {
         true => {
-            let (t, r) = tee();
+            let (t, r) = tee(client_buffer, &budget);
             (Some(t), Some(r))
         }
         false => (None, None),
@@ -290,8 +253,9 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         legacy,
         guard,
     });
-    let mut ingest =
-        Ingest::new(known.map(FormatKind::format), commit, max_event).find_aliases(event_aliases);
+    let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event)
+        .find_aliases(event_aliases)
+        .with_budget(&budget);
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
     }
@@ -321,7 +285,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     run.done();
     registry.notify();
     if let (Ending::Clean, Some(tee)) = (ending, tee) {
-        let _ = tee.clean.send(());
+        tee.end_clean();
     }
     info!(
         "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
@@ -408,14 +372,18 @@ async fn read(
         };
         m.upstream_bytes.inc_by(chunk.len() as u64);
         if let Some(t) = &tee {
-            if let Err(e) = t.data.try_send(chunk.clone()) {
-                if matches!(e, mpsc::error::TrySendError::Full(_)) {
+            if let Err(cut) = t.send(chunk.clone()) {
+                if let Cut::Slow(reason) = cut {
+                    m.legacy_cuts.inc(reason);
                     warn!(
-                        "run {}: legacy client too slow, its stream is cut",
-                        run.id()
+                        "run {}: legacy client too slow ({}), its stream is cut",
+                        run.id(),
+                        reason.as_str()
                     );
                 }
-                tee = None;
+                if let Some(t) = tee.take() {
+                    t.cut();
+                }
             }
         }
         let fed = ingest.feed(&chunk, &mut batch);
@@ -426,6 +394,13 @@ async fn read(
             m.events_dropped.inc(DropReason::Oversized);
             warn!(
                 "run {}: dropped an upstream event over {bytes} bytes",
+                run.id()
+            );
+        }
+        if let Some(bytes) = fed.over_budget {
+            m.events_dropped.inc(DropReason::OverBudget);
+            warn!(
+                "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
                 run.id()
             );
         }
@@ -514,6 +489,3 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
         None => std::future::pending().await,
     }
 }
-
-#[cfg(test)]
-mod tests;

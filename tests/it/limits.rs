@@ -209,3 +209,136 @@ fn the_binary_raises_its_open_files_soft_limit_to_the_hard_limit() {
         "{line}"
     );
 }
+
+/// One AG-UI `CUSTOM` event of about `size` bytes on the wire.
+fn pad_event(size: usize) -> Bytes {
+    sse(&json!({"type":"CUSTOM","name":"pad","value":"x".repeat(size.saturating_sub(48))}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_client_that_never_reads_is_cut_and_the_run_still_records_to_its_end() {
+    // 400 events of 16 KiB: about 400 upstream reads, 6.4 MiB, far past the 1 MiB a legacy
+    // client's queue may hold by default.
+    const EVENTS: usize = 400;
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |_| {
+        let mut s = vec![sse_head(), Step::Chunk(sse(&json!({"type":"RUN_STARTED"})))];
+        s.extend((0..EVENTS).map(|_| Step::Chunk(pad_event(16 << 10))));
+        s.push(Step::Wait(g.clone()));
+        s.push(Step::Chunk(sse(&json!({"type":"RUN_FINISHED"}))));
+        s.push(Step::End);
+        s
+    })
+    .await;
+    let tether = sidecar(be.addr, "").await;
+    // A client with a tiny receive window that reads nothing past the response head.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let sock = sock.connect(tether.addr).await.unwrap();
+    let body = json!({"chat_id":"slow"}).to_string();
+    let mut r = request_on(
+        sock,
+        "POST",
+        "/chat",
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let cut = "tether_legacy_clients_cut_total{reason=\"queue_full\"}";
+    eventually_async("the slow client is cut", || async {
+        tether.metric(cut).await == 1.0
+    })
+    .await;
+    // The backend is still holding the end of the answer: the connection was closed on the
+    // client, mid-stream, and what was queued for it is given back.
+    let got = r.body_to_end().await;
+    assert!(!r.ended, "a cut is not a clean end");
+    assert!(
+        got.len() < EVENTS * (16 << 10),
+        "it got {} bytes",
+        got.len()
+    );
+    eventually_async("the queue is given back", || async {
+        tether.metric("tether_buffered_bytes").await == 0.0
+    })
+    .await;
+    // The producer was not disturbed: the whole answer is recorded and persisted.
+    gate.open();
+    let persisted = "tether_runs_finished_total{outcome=\"persisted\"}";
+    eventually_async("the run ends persisted", || async {
+        tether.metric(persisted).await == 1.0
+    })
+    .await;
+    assert_eq!(
+        tether.metric("tether_upstream_events_total").await,
+        (EVENTS + 2) as f64
+    );
+    assert_eq!(tether.metric("tether_buffered_bytes").await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_still_arriving_when_the_buffer_budget_is_spent_is_dropped_and_not_persisted() {
+    // Two runs each send 80 KiB of one event and hold it; together they are over the 128 KiB
+    // budget, so the second run's event is dropped.
+    let partial = Bytes::from(format!(
+        "data: {{\"type\":\"CUSTOM\",\"name\":\"big\",\"value\":\"{}",
+        "x".repeat(80 << 10)
+    ));
+    let rest = Bytes::from_static(b"\"}\n\ndata: {\"type\":\"RUN_FINISHED\"}\n\n");
+    let gates = [Gate::default(), Gate::default()];
+    let g = gates.clone();
+    let (p, r) = (partial.clone(), rest.clone());
+    let be = backend(move |req| {
+        let body: Value = serde_json::from_slice(&req.body).unwrap();
+        let gate = &g[usize::from(body["chat_id"] == "second")];
+        vec![
+            sse_head(),
+            Step::Chunk(sse(&json!({"type":"RUN_STARTED"}))),
+            Step::Chunk(p.clone()),
+            Step::Wait(gate.clone()),
+            Step::Chunk(r.clone()),
+            Step::End,
+        ]
+    })
+    .await;
+    let tether = sidecar(
+        be.addr,
+        "[recorder]\nmax_event_bytes = 102400\n[limits]\nmax_buffered_bytes = 131072\nmax_client_buffer_bytes = 131072\n",
+    )
+    .await;
+    let held = partial.len() as f64;
+    let mut first = post(tether.addr, "/chat", &chat("first")).await;
+    eventually_async("the first event is held", || async {
+        tether.metric("tether_buffered_bytes").await == held
+    })
+    .await;
+    let mut second = post(tether.addr, "/chat", &chat("second")).await;
+    let dropped = "tether_events_dropped_total{reason=\"over_budget\"}";
+    eventually_async("the second event is dropped", || async {
+        tether.metric(dropped).await == 1.0
+    })
+    .await;
+    assert_eq!(tether.metric("tether_buffered_bytes").await, held);
+    for g in &gates {
+        g.open();
+    }
+    let end = |f: &[Frame]| {
+        let end = f.last().unwrap();
+        assert_eq!(end.ty(), "STREAM_END");
+        (end.json["persisted"].clone(), end.json["reason"].clone())
+    };
+    let f = first.frames_to_end().await;
+    assert_eq!(end(&f), (json!(true), Value::Null));
+    assert_eq!(f.iter().filter(|f| f.ty() == "STREAM_EVENT").count(), 3);
+    let f = second.frames_to_end().await;
+    assert_eq!(end(&f), (json!(false), json!("event_too_large")));
+    let types: Vec<Value> = f
+        .iter()
+        .filter(|f| f.ty() == "STREAM_EVENT")
+        .map(|f| f.json["event"]["type"].clone())
+        .collect();
+    assert_eq!(types, [json!("RUN_STARTED"), json!("RUN_FINISHED")]);
+    assert_eq!(tether.metric("tether_buffered_bytes").await, 0.0);
+}

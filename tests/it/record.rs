@@ -295,7 +295,7 @@ async fn utf8_split_across_upstream_chunks_arrives_intact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversized_upstream_event_is_dropped_and_counted_and_the_stream_goes_on() {
+async fn an_oversized_upstream_event_is_dropped_and_counted_and_the_run_is_not_persisted() {
     let big = json!({"type":"CUSTOM","name":"big","value":"x".repeat(5000)});
     let be = turn_backend(
         vec![
@@ -317,7 +317,11 @@ async fn an_oversized_upstream_event_is_dropped_and_counted_and_the_stream_goes_
         .map(|f| f.json["event"]["type"].clone())
         .collect();
     assert_eq!(types, [json!("RUN_STARTED"), json!("RUN_FINISHED")]);
-    assert_eq!(f.last().unwrap().json["persisted"], true);
+    // The stream goes on, but the record is not the whole answer: never claimed as saved.
+    let end = f.last().unwrap();
+    assert_eq!(end.ty(), "STREAM_END");
+    assert_eq!(end.json["persisted"], false);
+    assert_eq!(end.json["reason"], "event_too_large");
     assert_eq!(
         tether
             .metric("tether_events_dropped_total{reason=\"oversized\"}")
