@@ -250,14 +250,21 @@ async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 impl Handle {
-    /// Drains: stops accepting and refuses new record requests, lets producers and observers
-    /// run until every run has ended or `timeout` passes, then stops what is left. Returns
+    /// Drains: refuses new record requests, lets producers and observers run until every run
+    /// has ended or `timeout` passes, then stops what is left and closes the listeners. Returns
     /// whether every run ended in time.
+    ///
+    /// Without a shared journal the proxy listener stays open until then, so a client that
+    /// reconnects mid-turn can still attach to a run that is finishing here; with one it closes
+    /// at once, since every replica serves every run and a closed port sends a balancer to
+    /// another replica.
     pub async fn drain(self, timeout: Duration) -> bool {
         let shared = self.shared.clone();
         shared.draining.store(true, Ordering::Relaxed);
         self.accept_stop.send_replace(true);
-        self.proxy_stop.send_replace(true);
+        if shared.journal.is_some() {
+            self.proxy_stop.send_replace(true);
+        }
         info!(
             "draining: {} runs still producing",
             shared.registry.producing().len()
