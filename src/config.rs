@@ -143,6 +143,15 @@ impl Config {
         if let Some(v) = flags.drain_timeout {
             file.server.drain_timeout = Dur(v);
         }
+        if let Some(v) = flags.header_timeout {
+            file.server.header_timeout = Dur(v);
+        }
+        if let Some(v) = flags.keepalive_timeout {
+            file.server.keepalive_timeout = Dur(v);
+        }
+        if let Some(v) = flags.max_connections {
+            file.server.max_connections = Some(v);
+        }
         if let Some(v) = flags.serve_client {
             file.server.serve_client = Some(v);
         }
@@ -374,6 +383,15 @@ impl File {
         }
         if self.server.write_timeout.0.is_zero() {
             return Err(err("server.write_timeout", "must be more than 0s"));
+        }
+        if self.server.header_timeout.0.is_zero() {
+            return Err(err("server.header_timeout", "must be more than 0s"));
+        }
+        if self.server.keepalive_timeout.0.is_zero() {
+            return Err(err("server.keepalive_timeout", "must be more than 0s"));
+        }
+        if self.server.max_connections == Some(0) {
+            return Err(err("server.max_connections", "must be at least 1"));
         }
         if self.upstream.idle_timeout.0.is_zero() {
             return Err(err("upstream.idle_timeout", "must be more than 0s"));

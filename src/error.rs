@@ -47,6 +47,8 @@ pub enum Code {
     UpstreamUnreachable,
     /// 503: tether is draining and takes no new turns.
     Draining,
+    /// 503: the proxy listener has `max_connections` client connections open.
+    TooManyConnections,
 }
 
 impl Code {
@@ -72,6 +74,7 @@ impl Code {
             Code::HeadersTooLarge => "headers_too_large",
             Code::UpstreamUnreachable => "upstream_unreachable",
             Code::Draining => "draining",
+            Code::TooManyConnections => "too_many_connections",
         }
     }
 
@@ -85,7 +88,7 @@ impl Code {
             Code::TooManyObservers => 429,
             Code::HeadersTooLarge => 431,
             Code::UpstreamUnreachable => 502,
-            Code::Draining => 503,
+            Code::Draining | Code::TooManyConnections => 503,
             _ => 400,
         }
     }

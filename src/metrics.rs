@@ -459,6 +459,11 @@ impl Metrics {
         counters(&self.registry, name, help, label)
     }
 
+    /// A counter defined elsewhere, in this sidecar's registry.
+    pub fn new_counter(&self, name: &str, help: &str) -> IntCounter {
+        counter(&self.registry, name, help)
+    }
+
     /// A gauge defined elsewhere, in this sidecar's registry.
     pub fn new_gauge(&self, name: &str, help: &str) -> IntGauge {
         gauge(&self.registry, name, help)

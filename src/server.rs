@@ -2,12 +2,14 @@
 //! feeds accepted connections to Pingora's HTTP apps, sweeps the registry, and drains on
 //! shutdown.
 //!
-//! tether drives Pingora's `HttpProxy` app from its own accept loops instead of Pingora's
-//! `Server`, so that listeners can bind port 0 (tests learn the address), several sidecars can run
-//! in one process, and a drain ends as soon as the last run has ended rather than after a fixed
-//! grace period.
+//! tether drives Pingora's `HttpProxy` app from its own accept loops ([`conn`]) instead of
+//! Pingora's `Server`, so that listeners can bind port 0 (tests learn the address), several
+//! sidecars can run in one process, client connections get a header deadline, an idle timeout
+//! and a cap, and a drain ends as soon as the last run has ended rather than after a fixed grace
+//! period.
 
 pub mod admin;
+pub mod conn;
 pub mod demo;
 mod small_app;
 
@@ -17,9 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use log::{info, warn};
-use pingora_core::apps::ServerApp;
-use pingora_core::protocols::l4::stream::Stream as L4Stream;
-use pingora_core::protocols::Stream;
 use pingora_core::server::configuration::ServerConf;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -37,6 +36,8 @@ use crate::proxy::{Shared, Sidecar};
 use crate::registry::{Registry, Swept};
 use crate::upstream::Upstream;
 use admin::Admin;
+pub use conn::DownstreamMetrics;
+use conn::{accept_loop, Policy};
 use demo::{Demo, DemoOptions};
 
 /// A running sidecar.
@@ -49,15 +50,22 @@ pub struct Handle {
     pub demo: Option<(SocketAddr, Arc<Demo>)>,
     /// State shared with every request.
     pub shared: Arc<Shared>,
+    /// Turns true when the drain starts: sessions stop keeping connections alive, the demo
+    /// listener and the sweeper stop.
     accept_stop: watch::Sender<bool>,
+    /// Closes the proxy listener.
+    proxy_stop: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 /// Binds every listener and starts serving. Must run inside a multi-threaded tokio runtime.
 pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handle> {
     let (accept_stop, accept_rx) = watch::channel(false);
+    let (proxy_stop, proxy_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let pingora_conf = Arc::new(ServerConf::default());
+    // The admin and demo listeners: the same deadlines, no cap, not counted.
+    let small = Policy::new(&cfg);
 
     let demo = match &cfg.upstream {
         Some(_) => None,
@@ -68,6 +76,8 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
             tasks.push(tokio::spawn(accept_loop(
                 listener,
                 app.clone(),
+                small.clone(),
+                accept_rx.clone(),
                 accept_rx.clone(),
             )));
             Some((addr, app))
@@ -82,6 +92,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     };
 
     let metrics = Metrics::new();
+    let downstream = DownstreamMetrics::new(&metrics);
     metrics.seed_routes(
         cfg.routes
             .iter()
@@ -135,9 +146,22 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         &pingora_conf,
         Sidecar::new(shared.clone()),
     ));
+    let max_connections = shared
+        .cfg
+        .server
+        .max_connections
+        .unwrap_or_else(default_max_connections);
+    info!("client connections: at most {max_connections} open at once");
+    let policy = Policy {
+        max_connections,
+        metrics: Some(downstream),
+        ..small.clone()
+    };
     tasks.push(tokio::spawn(accept_loop(
         listener,
         proxy,
+        policy,
+        proxy_rx,
         accept_rx.clone(),
     )));
 
@@ -148,7 +172,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let (_admin_stop_tx, admin_rx) = watch::channel(false);
     tasks.push(tokio::spawn(async move {
         let _keep = _admin_stop_tx;
-        accept_loop(listener, admin, admin_rx).await
+        accept_loop(listener, admin, small, admin_rx.clone(), admin_rx).await
     }));
 
     let abandon = shared.cfg.limits.abandon_after.0;
@@ -171,8 +195,19 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         demo,
         shared,
         accept_stop,
+        proxy_stop,
         tasks,
     })
+}
+
+/// The connection cap when none is configured: half the open-files limit (a proxied stream holds
+/// the client's socket and the backend's), less a reserve for the listeners, the journal and logs.
+fn default_max_connections() -> usize {
+    const RESERVE: u64 = 64;
+    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
+    usize::try_from(soft.saturating_sub(RESERVE) / 2)
+        .unwrap_or(usize::MAX)
+        .max(1)
 }
 
 /// Every `every`: drops expired runs and stops abandoned ones (when `abandon` is set).
@@ -219,46 +254,22 @@ async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     sock.listen(4096)
 }
 
-/// Accepts connections and hands each to `app` until `stop` turns true.
-async fn accept_loop<A>(listener: TcpListener, app: Arc<A>, mut stop: watch::Receiver<bool>)
-where
-    A: ServerApp + Send + Sync + 'static,
-{
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        let tcp = match accepted {
-            Ok((tcp, _)) => tcp,
-            Err(e) => {
-                // Out of descriptors and the like: back off briefly instead of spinning.
-                warn!("accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = tcp.set_nodelay(true);
-        let app = app.clone();
-        let shutdown = stop.clone();
-        tokio::spawn(async move {
-            let stream: Stream = Box::new(L4Stream::from(tcp));
-            let mut next = app.process_new(stream, &shutdown).await;
-            while let Some(stream) = next {
-                next = app.process_new(stream, &shutdown).await;
-            }
-        });
-    }
-}
-
 impl Handle {
-    /// Drains: stops accepting and refuses new record requests, lets producers and observers
-    /// run until every run has ended or `timeout` passes, then stops what is left. Returns
+    /// Drains: refuses new record requests, lets producers and observers run until every run
+    /// has ended or `timeout` passes, then stops what is left and closes the listeners. Returns
     /// whether every run ended in time.
+    ///
+    /// Without a shared journal the proxy listener stays open until then, so a client that
+    /// reconnects mid-turn can still attach to a run that is finishing here; with one it closes
+    /// at once, since every replica serves every run and a closed port sends a balancer to
+    /// another replica.
     pub async fn drain(self, timeout: Duration) -> bool {
         let shared = self.shared.clone();
         shared.draining.store(true, Ordering::Relaxed);
         self.accept_stop.send_replace(true);
+        if shared.journal.is_some() {
+            self.proxy_stop.send_replace(true);
+        }
         info!(
             "draining: {} runs still producing",
             shared.registry.producing().len()
@@ -281,6 +292,7 @@ impl Handle {
         // before the hard stop closes what is left.
         shared.observers.close();
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.observers.wait()).await;
+        self.proxy_stop.send_replace(true);
         self.shared.stop.cancel();
         for t in self.tasks {
             t.abort();
@@ -292,6 +304,7 @@ impl Handle {
     /// Stops everything at once (tests).
     pub fn abort(self) {
         self.accept_stop.send_replace(true);
+        self.proxy_stop.send_replace(true);
         self.shared.stop.cancel();
         for t in self.tasks {
             t.abort();

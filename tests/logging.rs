@@ -177,18 +177,14 @@ async fn client_caused_failures_log_below_error_with_the_path_bounded() {
         "{body:?}"
     );
 
-    // A client closing mid-head (no route, no hook: Pingora's own record, rewritten).
+    // A client closing mid-head: tether reads request heads itself (under its header
+    // deadline), so this never reaches Pingora and is closed quietly (no record above DEBUG).
     let path = hostile_path("head");
     send_and_leave(
         addr,
         format!("GET {path} HTTP/1.1\r\nHost: x\r\n").as_bytes(),
     )
     .await;
-    let head = record("the head cut short", |l| {
-        l.text.contains("while reading request headers")
-    })
-    .await;
-    assert_eq!(head.level, Level::Info, "{head:?}");
 
     let lines = logs().lines();
     let errors: Vec<&Line> = lines.iter().filter(|l| l.level == Level::Error).collect();

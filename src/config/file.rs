@@ -28,6 +28,16 @@ pub struct Server {
     pub write_timeout: Dur,
     /// On SIGTERM, how long live runs may keep going before the process exits.
     pub drain_timeout: Dur,
+    /// A client's whole request head must arrive within this (from the connect, or from the
+    /// first byte of the next request on a kept-alive connection); slower: the connection is
+    /// closed.
+    pub header_timeout: Dur,
+    /// A kept-alive client connection idle this long between requests is closed.
+    pub keepalive_timeout: Dur,
+    /// Client connections open at once on the proxy listener; more are refused with `503
+    /// too_many_connections`. Unset: half the open-files limit (each stream holds two
+    /// descriptors), less a reserve.
+    pub max_connections: Option<usize>,
     /// Serve the browser client at `GET /_tether/client.js` (and, in demo mode, the demo page at
     /// `GET /`); unset: on in demo mode only.
     pub serve_client: Option<bool>,
@@ -43,6 +53,9 @@ impl Default for Server {
             heartbeat: Dur(Duration::from_secs(15)),
             write_timeout: Dur(Duration::from_secs(30)),
             drain_timeout: Dur(Duration::from_secs(300)),
+            header_timeout: Dur(Duration::from_secs(10)),
+            keepalive_timeout: Dur(Duration::from_secs(60)),
+            max_connections: None,
             serve_client: None,
         }
     }

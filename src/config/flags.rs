@@ -72,6 +72,15 @@ pub struct Flags {
     /// On SIGTERM, how long live runs may finish before exit, e.g. 5m [default: 5m].
     #[arg(long, env = "TETHER_DRAIN_TIMEOUT", value_parser = duration)]
     pub drain_timeout: Option<Duration>,
+    /// A client's whole request head must arrive within this, e.g. 10s [default: 10s].
+    #[arg(long, env = "TETHER_HEADER_TIMEOUT", value_parser = duration)]
+    pub header_timeout: Option<Duration>,
+    /// Close a kept-alive client connection idle this long between requests [default: 60s].
+    #[arg(long, env = "TETHER_KEEPALIVE_TIMEOUT", value_parser = duration)]
+    pub keepalive_timeout: Option<Duration>,
+    /// Client connections open at once; more get 503 [default: half the open-files limit].
+    #[arg(long, env = "TETHER_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// Stop a run no client has watched for this long, e.g. 10m [default: off].
     #[arg(long, env = "TETHER_ABANDON_AFTER", value_parser = duration)]
     pub abandon_after: Option<Duration>,

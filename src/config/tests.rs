@@ -478,3 +478,37 @@ fn a_bad_upstream_names_the_flag_or_the_key_it_came_from() {
         None
     );
 }
+
+#[test]
+fn client_connection_limits_have_defaults_flags_and_checks() {
+    let c = Config::load(&flags()).unwrap();
+    assert_eq!(c.server.header_timeout.0, Duration::from_secs(10));
+    assert_eq!(c.server.keepalive_timeout.0, Duration::from_secs(60));
+    assert_eq!(c.server.max_connections, None);
+    let file = parse_file("[server]\nheader_timeout = \"2s\"\nmax_connections = 5\n").unwrap();
+    let f = Flags::parse_from([
+        "tether",
+        "--keepalive-timeout",
+        "3s",
+        "--max-connections",
+        "7",
+    ]);
+    let c = Config::from_parts(file, &f).unwrap();
+    assert_eq!(c.server.header_timeout.0, Duration::from_secs(2));
+    assert_eq!(c.server.keepalive_timeout.0, Duration::from_secs(3));
+    assert_eq!(c.server.max_connections, Some(7));
+    for (toml, key) in [
+        (
+            "[server]\nheader_timeout = \"0s\"\n",
+            "server.header_timeout",
+        ),
+        (
+            "[server]\nkeepalive_timeout = \"0s\"\n",
+            "server.keepalive_timeout",
+        ),
+        ("[server]\nmax_connections = 0\n", "server.max_connections"),
+    ] {
+        let e = parse_file(toml).unwrap().validate().unwrap_err();
+        assert_eq!(e.key, key);
+    }
+}

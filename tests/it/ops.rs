@@ -352,3 +352,55 @@ async fn the_browser_client_and_the_demo_page_are_served_in_demo_mode_by_default
     assert_eq!(r.status, 404);
     assert_eq!(&r.body_to_end().await[..], b"the backend's 404");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_a_drain_a_reloading_client_reattaches_while_new_turns_are_refused() {
+    let gate = Gate::default();
+    let events = turn(6);
+    let be = turn_backend(events.clone(), Some((2, gate.clone()))).await;
+    let mut tether = sidecar(be.addr, "").await;
+    let mut first = post(tether.addr, "/chat", &chat("c")).await;
+    while first.frame().await.unwrap().seq() < 2 {}
+    // The tab reloads: its connection goes, the run goes on.
+    first.kill();
+    let handle = tether.handle.take().unwrap();
+    let shared = handle.shared.clone();
+    let drain = tokio::spawn(handle.drain(Duration::from_secs(30)));
+    eventually("draining", || {
+        shared.draining.load(std::sync::atomic::Ordering::Relaxed)
+    })
+    .await;
+
+    // A new connection still reaches tether and attaches to the finishing run.
+    let mut again = post(tether.addr, "/chat/live", &chat("c")).await;
+    assert_eq!(again.status, 200);
+    let snapshot = again.frame().await.unwrap();
+    assert_eq!(snapshot.ty(), "STREAM_SNAPSHOT");
+    // A new turn is refused with a stable code.
+    let mut refused = post(tether.addr, "/chat", &chat("other")).await;
+    assert_eq!(refused.status, 503);
+    let body: serde_json::Value = serde_json::from_slice(&refused.body_to_end().await).unwrap();
+    assert_eq!(body["error"], "draining");
+    assert!(!drain.is_finished(), "the drain waits for the live run");
+
+    gate.open();
+    let mut frames = vec![snapshot];
+    frames.extend(again.frames_to_end().await);
+    let end = frames.last().unwrap();
+    assert_eq!(
+        (end.ty(), end.json["persisted"].clone()),
+        ("STREAM_END", json!(true))
+    );
+    let mut state = Reduced::default();
+    state.apply_frames(&frames, 0);
+    assert_eq!(state, Reduced::of(&events));
+    assert!(
+        within("drain", drain).await.unwrap(),
+        "every run ended in time"
+    );
+    assert_eq!(
+        be.requests.lock().len(),
+        1,
+        "the refused turn was not forwarded"
+    );
+}

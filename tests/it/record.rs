@@ -444,3 +444,58 @@ async fn a_backend_silent_for_the_idle_timeout_ends_the_run_as_upstream_timeout(
     );
     drop(gate);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_pipelined_behind_a_stream_lets_it_end_whole_then_the_connection_closes() {
+    let gate = Gate::default();
+    let events = turn(6);
+    let be = turn_backend(events.clone(), Some((2, gate.clone()))).await;
+    let tether = sidecar(be.addr, "[server]\nheartbeat = \"50ms\"\n").await;
+    let mut recorder = post(tether.addr, "/chat", &chat("p")).await;
+    let mut recorded = vec![recorder.frame().await.unwrap()];
+    while recorded.last().unwrap().seq() < 2 {
+        recorded.push(recorder.frame().await.unwrap());
+    }
+    let mut watcher = post(tether.addr, "/chat/live", &chat("p")).await;
+    let mut watched = vec![watcher.frame().await.unwrap()];
+    // On each stream's connection, a second request while the stream is idle.
+    let second = b"GET /chat/live?chat_id=p HTTP/1.1\r\nhost: test\r\n\r\n";
+    recorder.send(second).await;
+    watcher.send(second).await;
+    // Both streams go on (their heartbeats keep coming) until the run ends.
+    let beats = sidecar_keepalives(2);
+    assert!(
+        recorder.read_until(&beats).await,
+        "the recorder's stream was cut"
+    );
+    assert!(
+        watcher.read_until(&beats).await,
+        "the watcher's stream was cut"
+    );
+    gate.open();
+    recorded.extend(recorder.frames_to_end().await);
+    watched.extend(watcher.frames_to_end().await);
+    for (who, frames, resp) in [
+        ("recorder", &recorded, &mut recorder),
+        ("watcher", &watched, &mut watcher),
+    ] {
+        let end = frames.last().unwrap();
+        assert_eq!(
+            (end.ty(), end.json["persisted"].clone()),
+            ("STREAM_END", json!(true)),
+            "{who}"
+        );
+        let mut state = Reduced::default();
+        state.apply_frames(frames, 0);
+        assert_eq!(state, Reduced::of(&events), "{who}");
+        assert!(resp.ended, "{who}: the chunked body ended cleanly");
+        // The pipelined request is not answered: the connection closes after the stream.
+        let after = resp.rest_until_close().await;
+        assert_eq!(String::from_utf8_lossy(&after), "", "{who}");
+    }
+}
+
+/// `n` heartbeat comments in a row, as an idle stream sends them.
+fn sidecar_keepalives(n: usize) -> Vec<u8> {
+    b": keepalive\n\n".repeat(n)
+}

@@ -304,6 +304,26 @@ impl Resp {
         v
     }
 
+    /// Writes more bytes on the response's connection (a pipelined request).
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.sock.write_all(bytes).await.unwrap();
+    }
+
+    /// Every byte the server sends after what was read so far, up to its close of the
+    /// connection (FIN or RST), which must come within the harness's limit.
+    pub async fn rest_until_close(&mut self) -> Bytes {
+        within("the server closes the connection", async {
+            loop {
+                match self.sock.read_buf(&mut self.raw).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        self.raw.split().freeze()
+    }
+
     /// Closes the connection abruptly (RST), as a killed browser tab does.
     pub fn kill(self) {
         close_with_rst(self.sock);
