@@ -6,10 +6,11 @@
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tether::config::Commit;
-use tether::dialect::{from_start, protocol1};
+use tether::config::DEFAULT_WINDOW;
+use tether::dialect::from_start;
 use tether::format::{Event, FormatKind};
+use tether::frame;
 use tether::ingest::Ingest;
-use tether::journal::memory::DEFAULT_WINDOW;
 use tether::run::Run;
 use tether::sse::{Decoded, Decoder};
 
@@ -158,7 +159,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("snapshot_serialize", |b| {
         b.iter_batched(
             || cap.clone(),
-            |cap| protocol1::snapshot("r", cap.seq, &cap.history),
+            |cap| frame::snapshot("r", cap.seq, &cap.history),
             BatchSize::SmallInput,
         )
     });

@@ -7,9 +7,19 @@ use std::time::Duration;
 use crate::auth::Owner;
 use crate::journal::CursorMiss;
 use crate::metrics::ResetReason;
-use crate::observer::Start;
 use crate::registry::Registry;
 use crate::run::Run;
+
+/// How an observer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// With a snapshot of the run as it is now.
+    Snapshot,
+    /// With an empty snapshot at seq 0 (the original requester of a new run).
+    Fresh,
+    /// With the events after this cursor, from the window.
+    After(u64),
+}
 
 /// What an attach request gets.
 #[derive(Debug, Clone)]

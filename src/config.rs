@@ -17,6 +17,9 @@ mod source;
 
 use std::net::SocketAddr;
 
+/// Default number of events kept in a run's replay window (`--window`).
+pub const DEFAULT_WINDOW: usize = 4096;
+
 pub use crate::error::ConfigError;
 pub use file::{
     parse_file, AuthConf, Dur, File, JournalConf, Limits, Recorder, Server, Subject, Upstream,
@@ -345,10 +348,26 @@ impl Config {
         let Some(hostport) = &self.upstream else {
             return Ok(None);
         };
-        crate::upstream::resolve(hostport)
+        resolve(hostport)
             .map(Some)
             .map_err(|e| err(upstream_key(flags), e.to_string()))
     }
+}
+
+/// The first address `hostport` (`host:port`) resolves to: a DNS lookup for a host name.
+pub fn resolve(hostport: &str) -> std::io::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let cannot = |why: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("cannot resolve the backend address {hostport:?}: {why}"),
+        )
+    };
+    hostport
+        .to_socket_addrs()
+        .map_err(|e| cannot(e.to_string()))?
+        .next()
+        .ok_or_else(|| cannot("no address".into()))
 }
 
 fn addr(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {

@@ -21,8 +21,8 @@ use bytes::{Bytes, BytesMut};
 use crate::compact::Capture;
 use crate::config::{DialectKind, Expired, KeySource, Resume};
 use crate::error::ApiError;
-use crate::journal::End;
 use crate::request::Parts;
+use crate::vocab::end::End;
 
 /// An attach or resume request as the edge read it.
 pub struct Incoming<'a> {

@@ -16,29 +16,12 @@ pub mod openai_responses;
 
 use std::fmt::Debug;
 use std::ops::Range;
-use std::str::FromStr;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::journal::EndReason;
-use crate::metrics::label_enum;
 use crate::sse::SseEvent;
-
-label_enum! {
-    /// The stream formats tether knows; the `format` label of `tether_runs_started_total`.
-    pub enum FormatKind {
-        /// AG-UI events (`RUN_STARTED`, `TEXT_MESSAGE_CONTENT`, …).
-        Agui => "agui",
-        /// OpenAI Chat Completions chunks (`chat.completion.chunk`, then `[DONE]`).
-        OpenaiChat => "openai_chat",
-        /// OpenAI Responses events (`response.output_text.delta`, …).
-        OpenaiResponses => "openai_responses",
-        /// Anthropic Messages events (`message_start`, `content_block_delta`, …).
-        Anthropic => "anthropic",
-        /// The Vercel AI SDK UI message stream (`text-delta`, …, then `[DONE]`).
-        AiSdk => "ai_sdk",
-    }
-}
+pub use crate::vocab::end::EndReason;
+pub use crate::vocab::kinds::{FormatChoice, FormatKind};
 
 impl FormatKind {
     /// The classifier of this format.
@@ -50,34 +33,6 @@ impl FormatKind {
             FormatKind::Anthropic => &anthropic::Anthropic,
             FormatKind::AiSdk => &ai_sdk::AiSdk,
         }
-    }
-}
-
-/// A route's `format` setting: one format, or `auto` (detected per run).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FormatChoice {
-    /// From the response headers, else from the first event's shape.
-    #[default]
-    Auto,
-    /// Always this format.
-    Fixed(FormatKind),
-}
-
-impl FromStr for FormatChoice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "auto" {
-            return Ok(FormatChoice::Auto);
-        }
-        FormatKind::ALL
-            .iter()
-            .find(|k| k.as_str() == s)
-            .map(|k| FormatChoice::Fixed(*k))
-            .ok_or_else(|| {
-                let names: Vec<&str> = FormatKind::ALL.iter().map(|k| k.as_str()).collect();
-                format!("{s:?} must be auto or one of {}", names.join(", "))
-            })
     }
 }
 

@@ -11,9 +11,9 @@ use crate::budget::{Budget, Charge};
 use crate::config::Commit;
 use crate::format::{detect_from_event, Event, Format, FormatKind};
 use crate::journal::raw::Frame;
-use crate::journal::{End, EndReason};
 use crate::metrics::Outcome;
 use crate::sse::{Decoded, Decoder};
+use crate::vocab::end::{End, EndReason};
 
 /// Events searched for `event:` aliases before giving up on the ones not found.
 const ALIAS_SEARCH_EVENTS: u64 = 64;

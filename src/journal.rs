@@ -8,7 +8,6 @@
 
 pub mod memory;
 pub mod raw;
-pub mod redis;
 pub mod window;
 
 use std::fmt::Debug;
@@ -19,82 +18,9 @@ use tokio::time::Instant;
 
 use crate::compact::Capture;
 use crate::format::Event;
-use crate::metrics::label_enum;
 use raw::{Frame, Seek};
 
-label_enum! {
-    /// Why a run ended without its answer being persisted: the `reason` of `STREAM_END`.
-    pub enum EndReason {
-        /// A newer run of the chat replaced it.
-        Superseded => "superseded",
-        /// A stop route stopped it.
-        Cancelled => "cancelled",
-        /// It ran longer than `max_run_duration`.
-        MaxDuration => "max_duration",
-        /// No client watched it for `abandon_after`.
-        Abandoned => "abandoned",
-        /// The drain timed out and stopped it.
-        Shutdown => "shutdown",
-        /// The upstream connection failed mid-answer.
-        UpstreamReset => "upstream_reset",
-        /// The upstream was silent for longer than its idle timeout.
-        UpstreamTimeout => "upstream_timeout",
-        /// `commit = "eof"`: the upstream ended without its format's terminal event.
-        NoTerminalEvent => "no_terminal_event",
-        /// `commit = "event:…"`: the upstream ended without the committing event.
-        NotCommitted => "not_committed",
-        /// The upstream said the turn failed (`response.failed`).
-        ResponseFailed => "response_failed",
-        /// The upstream said the turn stopped short (`response.incomplete`).
-        ResponseIncomplete => "response_incomplete",
-        /// The upstream sent an error event (Anthropic `error`, AI SDK `error` chunk).
-        ErrorEvent => "error_event",
-        /// The replica producing it died or stalled (shared journal only).
-        OwnerLost => "owner_lost",
-        /// An upstream event was dropped: over `max_event_bytes`, or still arriving when
-        /// `max_buffered_bytes` had no room for it.
-        EventTooLarge => "event_too_large",
-    }
-}
-
-/// How a run ended, as told to its observers by `STREAM_END`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct End {
-    /// The run's last seq.
-    pub seq: u64,
-    /// Whether the backend's answer was saved (never claimed when it was not).
-    pub persisted: bool,
-    /// Whether a newer run of the chat replaced this one.
-    pub superseded: bool,
-    /// The replacing run, when superseded.
-    pub next_run_id: Option<String>,
-    /// Why the run ended without being persisted.
-    pub reason: Option<EndReason>,
-}
-
-impl End {
-    /// The end of a run that finished by itself (or was stopped); `seq` is set by the journal.
-    pub fn finished(persisted: bool, reason: Option<EndReason>) -> End {
-        End {
-            seq: 0,
-            persisted,
-            superseded: false,
-            next_run_id: None,
-            reason,
-        }
-    }
-
-    /// The end of a run that `next` replaced; `seq` is set by the journal.
-    pub fn superseded(next: &str) -> End {
-        End {
-            seq: 0,
-            persisted: false,
-            superseded: true,
-            next_run_id: Some(next.to_string()),
-            reason: Some(EndReason::Superseded),
-        }
-    }
-}
+use crate::vocab::end::End;
 
 /// Why a cursor cannot be served from the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

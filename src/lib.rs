@@ -10,17 +10,25 @@
 //!                                                    └──▶ dialect: STREAM_SNAPSHOT · STREAM_EVENT… · STREAM_END ──▶ client
 //! ```
 //!
-//! The modules, in data-flow order (declared below in rustfmt's alphabetical order):
+//! The layers, lowest first. A module uses only modules listed above it (`tests/it/layers.rs`
+//! reads `src/` and fails on a `use crate::…` that points down this table, or on an import cycle
+//! between the modules under any one parent):
 //!
-//! | stage | modules |
-//! |---|---|
-//! | pure core: bytes in, frames out | [`sse`] → [`format`] → [`compact`] → [`ingest`] → [`journal`] → [`dialect`] |
-//! | pure core: requests and answers | [`request`], [`attach`] (policy), [`error`], [`json`] |
-//! | state | [`auth`] → [`registry`] → [`run`] |
-//! | edges | [`proxy`] (Pingora adapter) → [`upstream`] (backend client and producer) / [`observer`] (write loop) |
-//! | process | [`config`] → [`server`] (listeners, drain, admin and demo apps), [`metrics`], [`budget`] (bytes buffered for clients and backends), [`logging`] |
-//!
-//! The pure core imports nothing from Pingora and no network types.
+//! | layer | modules | job |
+//! |---|---|---|
+//! | vocabulary | [`vocab`] | words every layer shares: the label macro, how a run ends, format and dialect kinds |
+//! | foundations | [`error`], [`budget`], [`stall`], [`metrics`], [`config`] | error codes, the buffer budget, stall timers, Prometheus families, `conf/tether.toml` + flags |
+//! | requests | [`request`] | record, stop and status requests parsed and checked |
+//! | record (pure) | [`json`], [`sse`], [`format`], [`compact`] | bytes → SSE events → classified events → compacted history |
+//! | frames (pure) | [`frame`] | the protocol-1 frame encoder the journal and the dialects share |
+//! | journal (pure) | [`journal`] | one run's log in memory: seqs, the replay window, history, the raw record, the end |
+//! | recording rules (pure) | [`ingest`] | one upstream read → events and raw frames for the journal; the end-of-run verdict |
+//! | dialects (pure) | [`dialect`] | a client's resume request → cursor; protocol 1 and the verbatim dialects |
+//! | state | [`auth`], [`token`], [`run`], [`registry`], [`attach`] | owners, resume tokens, runs, chats, the attach table; ownership is checked in `registry` |
+//! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
+//! | backend | [`upstream`] | the connect queue, tether's HTTP/1.1 exchange, the producer |
+//! | deliver | [`observer`], [`replay`] | write loops to clients |
+//! | edges | [`logging`], [`proxy`], [`server`] | Pingora's records, the Pingora adapter, listeners and lifecycle |
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -33,6 +41,7 @@ pub mod config;
 pub mod dialect;
 pub mod error;
 pub mod format;
+pub mod frame;
 pub mod ingest;
 pub mod journal;
 pub mod json;
@@ -42,6 +51,7 @@ pub mod observer;
 pub mod proxy;
 pub mod registry;
 pub mod replay;
+pub mod replica;
 pub mod request;
 pub mod run;
 pub mod server;
@@ -49,3 +59,4 @@ pub mod sse;
 pub mod stall;
 pub mod token;
 pub mod upstream;
+pub mod vocab;

@@ -12,43 +12,10 @@ use prometheus::{
 };
 
 use crate::error::UpstreamErrorKind;
+use crate::vocab::kinds::DialectKind;
 
-/// A bounded set of label values for one metric family.
-pub trait Label: Copy + 'static {
-    /// Every value, exported at zero from the start.
-    fn all() -> &'static [Self];
-    /// The label value.
-    fn as_str(self) -> &'static str;
-}
-
-/// Declares a label enum: the variants, their label strings, `ALL` and `as_str()`.
-macro_rules! label_enum {
-    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $var:ident => $s:literal,)+ }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vm])* $var,)+ }
-
-        impl $name {
-            /// Every value, in label order.
-            pub const ALL: &'static [$name] = &[$($name::$var,)+];
-
-            /// The value as it appears in JSON and in metric labels.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$var => $s,)+ }
-            }
-        }
-
-        impl $crate::metrics::Label for $name {
-            fn all() -> &'static [Self] {
-                Self::ALL
-            }
-            fn as_str(self) -> &'static str {
-                $name::as_str(self)
-            }
-        }
-    };
-}
-pub(crate) use label_enum;
+pub(crate) use crate::vocab::label::label_enum;
+pub use crate::vocab::label::Label;
 
 impl Label for UpstreamErrorKind {
     fn all() -> &'static [Self] {
@@ -91,22 +58,6 @@ label_enum! {
         NotFound => "not_found",
         /// The cursor's frames are no longer kept, answered by the dialect's `expired` status.
         Expired => "expired",
-    }
-}
-
-label_enum! {
-    /// How a client family resumes: the `dialect` of a route, and the `dialect` metric label.
-    pub enum DialectKind {
-        /// tether's own protocol (attach routes).
-        Protocol1 => "protocol1",
-        /// The compacted history in the upstream's format, then the live tail.
-        FromStart => "from_start",
-        /// Raw frames after an SSE event id (`Last-Event-ID`).
-        LastEventId => "last_event_id",
-        /// Raw frames from a frame index (`startIndex`).
-        FrameIndex => "frame_index",
-        /// Raw frames after the frame whose JSON field equals the cursor.
-        JsonCursor => "json_cursor",
     }
 }
 
@@ -446,7 +397,7 @@ impl Metrics {
     /// runs and every format, so a scrape before the first turn already has the family.
     pub fn seed_routes<'a>(&self, routes: impl IntoIterator<Item = &'a str>) {
         for route in routes {
-            for format in crate::format::FormatKind::ALL {
+            for format in crate::vocab::kinds::FormatKind::ALL {
                 self.runs_started
                     .with_label_values(&[route, format.as_str()]);
             }

@@ -14,12 +14,14 @@ use log::debug;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::attach::Start;
 use crate::compact::Capture;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::Dialect;
-use crate::metrics::{DialectKind, Metrics, ResetReason};
+use crate::metrics::{Metrics, ResetReason};
 use crate::run::{ObserverGuard, Run};
 use crate::sse::KEEPALIVE;
+use crate::vocab::kinds::DialectKind;
 
 /// Frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
@@ -31,17 +33,6 @@ pub trait Sink: Send {
     async fn send(&mut self, data: Bytes) -> Result<(), ()>;
     /// Resolves when the client goes away while nothing is being written.
     async fn closed(&mut self);
-}
-
-/// How an observer starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
-    /// With a snapshot of the run as it is now.
-    Snapshot,
-    /// With an empty snapshot at seq 0 (the original requester of a new run).
-    Fresh,
-    /// With the events after this cursor, from the window.
-    After(u64),
 }
 
 /// How one observer ended.

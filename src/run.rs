@@ -20,7 +20,8 @@ use crate::auth::Owner;
 use crate::dialect::{protocol1::Protocol1, Dialect};
 use crate::format::Event;
 use crate::journal::memory::MemoryJournal;
-use crate::journal::{Appended, CursorMiss, End, EndReason, Journal, Read, SnapshotCapture};
+use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
+use crate::vocab::end::{End, EndReason};
 
 /// A fresh transport run id: 128 random bits as 22 URL-safe base64 characters. It appears twice
 /// in every frame, so it is kept short.

@@ -30,11 +30,11 @@ use tokio_util::task::TaskTracker;
 use crate::auth::Auth;
 use crate::budget::Budget;
 use crate::config::{Config, RouteKind};
-use crate::journal::EndReason;
 use crate::metrics::{EvictReason, Metrics};
 use crate::proxy::{Shared, Sidecar};
 use crate::registry::{Registry, Swept};
 use crate::upstream::Upstream;
+use crate::vocab::end::EndReason;
 use admin::Admin;
 pub use conn::DownstreamMetrics;
 use conn::{accept_loop, Policy};
@@ -108,7 +108,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let journal = match &cfg.journal {
         None => None,
         Some(j) => Some(
-            crate::journal::redis::Cluster::start(
+            crate::replica::Cluster::start(
                 j.clone(),
                 cfg.recorder.window,
                 cfg.recorder.retention.0,

@@ -9,7 +9,6 @@ pub mod producer;
 mod tee;
 pub mod wire;
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -89,26 +88,11 @@ pub struct Upstream {
     opts: config::Upstream,
 }
 
-/// The first address `hostport` (`host:port`) resolves to: a DNS lookup for a host name.
-pub fn resolve(hostport: &str) -> std::io::Result<SocketAddr> {
-    let cannot = |why: String| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("cannot resolve the backend address {hostport:?}: {why}"),
-        )
-    };
-    hostport
-        .to_socket_addrs()
-        .map_err(|e| cannot(e.to_string()))?
-        .next()
-        .ok_or_else(|| cannot("no address".into()))
-}
-
 impl Upstream {
     /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1), resolved once here.
     pub fn new(addr: &str, opts: config::Upstream) -> std::io::Result<Self> {
         // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
-        let mut peer = HttpPeer::new(resolve(addr)?, false, String::new());
+        let mut peer = HttpPeer::new(config::resolve(addr)?, false, String::new());
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
         peer.options.idle_timeout = Some(POOL_IDLE);
         // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.

@@ -45,7 +45,7 @@ fn attach_table_without_cursor() {
             ..
         }
     ));
-    run.finish(false, Some(crate::journal::EndReason::UpstreamReset));
+    run.finish(false, Some(crate::vocab::end::EndReason::UpstreamReset));
     assert!(matches!(
         decide(&reg, "c", &Owner::NONE, None, None),
         Decision::Serve {

@@ -116,7 +116,7 @@ pub struct Recorder {
 impl Default for Recorder {
     fn default() -> Self {
         Recorder {
-            window: crate::journal::memory::DEFAULT_WINDOW,
+            window: super::DEFAULT_WINDOW,
             retention: Dur(Duration::from_secs(300)),
             max_chats: 64,
             max_body_bytes: 1 << 20,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::source::{check_pointer, KeySource};
-pub use crate::metrics::DialectKind;
+pub use crate::vocab::kinds::DialectKind;
 
 impl FromStr for DialectKind {
     type Err = String;

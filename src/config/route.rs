@@ -10,7 +10,7 @@ use super::resume::{Alias, Answer, Ids, OnNothing, Resume, Tokens};
 use super::route_conf::{OnMiss, RouteConf, RouteKind};
 use super::source::KeySource;
 use crate::error::ConfigError;
-use crate::format::FormatChoice;
+use crate::vocab::kinds::FormatChoice;
 
 /// When a run counts as persisted: `eof`, `clean_end` or `event:<TYPE>[:<name>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]

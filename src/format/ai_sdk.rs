@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass, Spans};
-use crate::journal::EndReason;
 use crate::sse::SseEvent;
+use crate::vocab::end::EndReason;
 
 /// `text-delta`, keyed by `id`.
 pub const TEXT_DELTA: MergeClass = class(401);

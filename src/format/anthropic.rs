@@ -20,8 +20,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{one_line, verbatim, Event, Format, FormatKind, Merge, MergeClass};
-use crate::journal::EndReason;
 use crate::sse::SseEvent;
+use crate::vocab::end::EndReason;
 
 /// `content_block_delta` with a `text_delta`: `delta.text` concatenates, keyed by `index`.
 pub const TEXT_DELTA: MergeClass = class(300);

@@ -29,8 +29,8 @@ use bytes::Bytes;
 use serde_json::value::RawValue;
 
 use super::{one_line, wrap_raw, Event, Format, FormatKind, LastWins, Merge, MergeClass};
-use crate::journal::EndReason;
 use crate::sse::SseEvent;
+use crate::vocab::end::EndReason;
 use chunk::{parse, Choice, Chunk};
 use read::{index, is_truthy, Slot};
 

@@ -26,8 +26,8 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor}
 use serde_json::value::RawValue;
 
 use super::{one_line, wrap_raw, Event, Format, FormatKind, LastWins, Merge, MergeClass, Spans};
-use crate::journal::EndReason;
 use crate::sse::SseEvent;
+use crate::vocab::end::EndReason;
 
 /// `response.output_text.delta`, keyed by `item_id`, sub-keyed by `content_index`.
 pub const OUTPUT_TEXT: MergeClass = class(200);

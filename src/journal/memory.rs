@@ -12,13 +12,11 @@ use tokio::time::Instant;
 
 use super::raw::{Frame, RawLog, Seek};
 use super::window::Window;
-use super::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use super::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::compact::Compactor;
-use crate::dialect::protocol1::EventEncoder;
 use crate::format::Event;
-
-/// Default number of events kept in the replay window.
-pub const DEFAULT_WINDOW: usize = 4096;
+use crate::frame::EventEncoder;
+use crate::vocab::end::End;
 
 #[derive(Debug)]
 struct State {

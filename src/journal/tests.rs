@@ -6,6 +6,7 @@ use super::memory::MemoryJournal;
 use super::*;
 use crate::format::{agui::Agui, Format};
 use crate::sse::SseEvent;
+use crate::vocab::end::EndReason;
 
 fn ev(json: &'static str) -> Event {
     Agui.classify(&SseEvent {

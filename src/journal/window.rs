@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use tokio::time::Instant;
 
-use crate::dialect::protocol1::EventEncoder;
+use crate::frame::EventEncoder;
 
 /// The first block of a run; blocks double up to [`MAX_BLOCK`], so a short run holds little
 /// and a long one few blocks.

@@ -130,7 +130,7 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
 async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     let m = Metrics::new();
     let run = Arc::new(Run::new("r", 4));
-    run.finish(false, Some(crate::journal::EndReason::NoTerminalEvent));
+    run.finish(false, Some(crate::vocab::end::EndReason::NoTerminalEvent));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let (_g, gate) = watch::channel(true);
     let stop = CancellationToken::new();

@@ -15,10 +15,11 @@ use crate::config::OnMiss;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
-use crate::metrics::{AttachResult, DialectKind};
+use crate::metrics::AttachResult;
+use crate::vocab::kinds::DialectKind;
 
 const P1: DialectKind = DialectKind::Protocol1;
-use crate::observer::Start;
+use crate::attach::Start;
 use crate::registry::Admission;
 use crate::request::Parts;
 use crate::run::mint_run_id;

@@ -18,11 +18,11 @@ use crate::auth::Auth;
 use crate::config::Answer;
 use crate::error::{ApiError, Code};
 use crate::format::{agui::Agui, Format};
-use crate::journal::EndReason;
 use crate::request::{self, Parts};
 use crate::run::Run;
 use crate::sse::SseEvent;
 use crate::stall::Stall;
+use crate::vocab::end::EndReason;
 
 /// What a stop names: the run, the id the client named it by, the chat's scope when known, and
 /// the cancel request id.

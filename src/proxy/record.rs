@@ -14,12 +14,12 @@ use super::session::{
     Handled, Reply, Source,
 };
 use super::{Matched, Sidecar};
+use crate::attach::Start;
 use crate::auth::{Auth, Owner};
 use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim};
 use crate::error::{ApiError, Code};
-use crate::observer::Start;
 use crate::registry::{Admission, Busy, Pending};
 use crate::request::{self, Parts, RecordRequest};
 use crate::run::mint_run_id;

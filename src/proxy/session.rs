@@ -13,8 +13,9 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 
 use super::shared::Shared;
+use crate::attach::Start;
 use crate::error::{ApiError, Code};
-use crate::observer::{self, Sink, Start};
+use crate::observer::{self, Sink};
 use crate::run::{ObserverGuard, Run};
 use crate::stall::Stall;
 use crate::upstream::producer::TeeReader;

@@ -266,7 +266,7 @@ fn frame_events(frames: &[Bytes], after: u64) -> Vec<Value> {
 }
 
 fn serialize(cap: &SnapshotCapture) -> Bytes {
-    crate::dialect::protocol1::snapshot("r", cap.seq, &cap.history)
+    crate::frame::snapshot("r", cap.seq, &cap.history)
 }
 
 proptest! {

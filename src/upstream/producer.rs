@@ -26,12 +26,12 @@ use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::format::{detect_from_headers, Event, FormatChoice, FormatKind};
 use crate::ingest::{outcome, Ending, Ingest};
-use crate::journal::redis::{header_text, spawn_writer, Cluster, Meta, Recorder};
-use crate::journal::EndReason;
 use crate::metrics::{DropReason, Metrics};
 use crate::registry::{Pending, Registry};
+use crate::replica::{header_text, spawn_writer, Cluster, Meta, Recorder};
 use crate::run::{ObserverGuard, Run};
 use crate::stall::{Stall, Stalled};
+use crate::vocab::end::EndReason;
 
 /// The upstream's answer, reported once by the producer.
 pub enum Head {

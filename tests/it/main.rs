@@ -15,6 +15,7 @@ mod formats;
 mod hostile;
 mod journal;
 mod keepalive;
+mod layers;
 mod limits;
 mod ops;
 mod record;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::*;
+use crate::frame::{end, snapshot};
 use crate::request::Parts;
 
 const MAX: Duration = Duration::from_secs(30);
@@ -88,7 +89,7 @@ fn end_frame_carries_terminal_state() {
             persisted: false,
             superseded: true,
             next_run_id: Some("r2".into()),
-            reason: Some(crate::journal::EndReason::Superseded),
+            reason: Some(crate::vocab::end::EndReason::Superseded),
         },
     );
     assert_eq!(

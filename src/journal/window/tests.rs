@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use tokio::time::Instant;
 
 use super::{Window, MAX_BLOCK};
-use crate::dialect::protocol1::EventEncoder;
+use crate::frame::EventEncoder;
 
 fn event(seq: u64, len: usize) -> Vec<u8> {
     let mut j = format!("{{\"type\":\"T\",\"n\":{seq},\"pad\":\"").into_bytes();

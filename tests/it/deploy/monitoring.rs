@@ -31,7 +31,7 @@ fn exported_families() -> BTreeMap<String, String> {
     // until it has a child; give it one.
     m.runs_started.with_label_values(&["/chat", "agui"]).inc();
     // The shared journal's families are registered when a journal is configured.
-    tether::journal::redis::JournalMetrics::new(&m);
+    tether::replica::JournalMetrics::new(&m);
     // The proxy listener's connection families are registered at start.
     tether::server::DownstreamMetrics::new(&m);
     let families: BTreeMap<String, String> = m

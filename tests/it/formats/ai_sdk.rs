@@ -88,7 +88,7 @@ fn the_response_header_names_the_format() {
 #[test]
 fn the_verdicts_follow_finish_done_and_error() {
     use tether::ingest::{Ending, Verdict};
-    use tether::journal::EndReason;
+    use tether::vocab::end::EndReason;
     for (name, persisted, reason) in FIXTURES {
         let (_, ingest, _) = record(FormatChoice::Fixed(F), &[fixture(F, name)]);
         let reason = reason.map(|r| match r {

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use tether::config::Commit;
-use tether::dialect::protocol1;
 use tether::format::{Event, FormatChoice, FormatKind};
+use tether::frame;
 use tether::ingest::Ingest;
 use tether::run::Run;
 
@@ -97,7 +97,7 @@ pub fn cuts_within(cuts: Vec<usize>, len: usize) -> Vec<usize> {
 /// The events of a run's current snapshot and the seq it covers.
 pub fn snapshot(run: &Run) -> (u64, Vec<Value>, usize) {
     let cap = run.capture();
-    let frame = protocol1::snapshot(run.id(), cap.seq, &cap.history);
+    let frame = frame::snapshot(run.id(), cap.seq, &cap.history);
     let f = parse_frame(std::str::from_utf8(&frame).unwrap()).unwrap();
     (
         f.seq(),

@@ -88,7 +88,7 @@ async fn on_a_cluster_a_pipeline_over_several_slots_answers_in_order_with_each_e
     p.cmd("INCRBY").arg("tp:{d}").arg("x"); // not an integer, alone on its slot
     p.cmd("PING");
     p.cmd("INCR").arg("tp:{b}");
-    let answers = tether::journal::redis::pipeline_answers(&cfg, &p)
+    let answers = tether::replica::pipeline_answers(&cfg, &p)
         .await
         .expect("the pipeline is answered");
     let shown: Vec<String> = answers

@@ -5,11 +5,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::follower;
+use super::codec;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
 
@@ -117,7 +117,29 @@ pub(super) fn apply_entry(j: &MemoryJournal, msg: &Bytes, ckpt: u64) -> bool {
         return false;
     };
     let head = j.head();
-    last <= head || (first <= head + 1 && follower::apply_data(j, first, data, ckpt))
+    last <= head || (first <= head + 1 && apply_data(j, first, data, ckpt))
+}
+
+/// Applies one entry's data (batches from seq `first`); false on a gap or a bad entry.
+pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
+    let mut at = first;
+    while data.remaining() >= 4 {
+        let len = data.get_u32_le() as usize;
+        if data.remaining() < len {
+            return false;
+        }
+        let Some(b) = codec::decode_batch(data.split_to(len)) else {
+            return false;
+        };
+        let n = b.events.len() as u64;
+        if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
+            .is_err()
+        {
+            return false;
+        }
+        at += n;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -125,7 +147,7 @@ mod tests {
     use super::*;
     use crate::compact::Compactor;
     use crate::format::Event;
-    use crate::journal::redis::codec;
+    use crate::replica::codec;
     use bytes::BytesMut;
 
     /// A doorbell carrying `n` events from seq `first`, as the append script rings it.

@@ -16,19 +16,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use log::{debug, info};
 use redis::AsyncCommands;
 use tokio::time::Instant;
 
-use super::bell::{apply_entry, Bell};
+use super::bell::{apply_data, apply_entry, Bell};
 use super::codec::{self, Checkpoint};
 use super::{owner_alive, scripts, timed, Cluster, RunKeys};
 use crate::auth::Owner;
 use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
-use crate::journal::{End, Journal};
+use crate::journal::Journal;
 use crate::run::Run;
+use crate::vocab::end::End;
 
 /// Stream entries read per call.
 const COUNT: usize = 1024;
@@ -251,28 +252,6 @@ fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
         }
     }
     Applied::More
-}
-
-/// Applies one entry's data (batches from seq `first`); false on a gap or a bad entry.
-pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
-    let mut at = first;
-    while data.remaining() >= 4 {
-        let len = data.get_u32_le() as usize;
-        if data.remaining() < len {
-            return false;
-        }
-        let Some(b) = codec::decode_batch(data.split_to(len)) else {
-            return false;
-        };
-        let n = b.events.len() as u64;
-        if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
-            .is_err()
-        {
-            return false;
-        }
-        at += n;
-    }
-    true
 }
 
 /// Reads the run's meta, checkpoint and the stream after it into a fresh mirror journal.

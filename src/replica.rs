@@ -1,5 +1,5 @@
 //! The shared journal on Redis Streams: any replica serves any run. Opt-in (`[journal] url`);
-//! without it no Redis code runs. The in-process [`MemoryJournal`](super::memory::MemoryJournal)
+//! without it no Redis code runs. The in-process [`MemoryJournal`](crate::journal::memory::MemoryJournal)
 //! stays the hot path everywhere:
 //!
 //! - the producing replica records into it as always and hands each batch, encoded, to the
@@ -26,7 +26,6 @@ mod bus;
 pub mod codec;
 mod conn;
 mod follower;
-mod lane;
 mod liveness;
 mod pipe;
 mod recorder;

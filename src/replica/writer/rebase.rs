@@ -11,7 +11,8 @@ use super::super::codec::{self, Checkpoint};
 use super::super::pipe::Inv;
 use super::super::{scripts, timed, RunKeys};
 use super::Writer;
-use crate::journal::{End, EndReason, Journal, SnapshotCapture};
+use crate::journal::{Journal, SnapshotCapture};
+use crate::vocab::end::{End, EndReason};
 
 impl Writer {
     /// Writes the run (again) at the local head: at go-live, after a degraded spell, or when

@@ -1,6 +1,6 @@
 //! [`Recorder`]: the journal of a run produced on this replica with a shared journal set. It
 //! records into the in-process journal as always and encodes each batch into the run's append
-//! lane ([`super::lane`]), which the write pipeline sends without a hop through the run's
+//! lane ([`super::pipe::lane`]), which the write pipeline sends without a hop through the run's
 //! writer task; the end, the producer's finish and aliases go to the writer
 //! ([`super::writer`]). A full queue or lane marks the run for a re-base instead of waiting.
 
@@ -10,11 +10,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use super::lane::Lane;
+use super::pipe::lane::Lane;
 use crate::format::Event;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::raw::{Frame, Seek};
-use crate::journal::{Appended, CursorMiss, End, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use crate::journal::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use crate::vocab::end::End;
 
 /// Messages queued per run before the journal degrades for it.
 const QUEUE: usize = 4096;

@@ -1,6 +1,6 @@
 //! The producer side: the writer task of a run produced here; the producer never waits for
 //! Redis. Batches go from the [`Recorder`](super::recorder::Recorder) through the run's append
-//! lane ([`super::lane`]) without this task; it makes the run live, writes checkpoints, the end,
+//! lane ([`super::pipe::lane`]) without this task; it makes the run live, writes checkpoints, the end,
 //! aliases and lease ticks, and handles what the lane reports.
 //!
 //! A full queue or a failed call degrades the journal for the run: it drops what it cannot
@@ -20,13 +20,14 @@ mod rebase;
 use tokio::time::Instant;
 
 use super::codec::{self, Checkpoint};
-use super::lane::{Target, Trouble};
+use super::pipe::lane::{Target, Trouble};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
 use super::{scripts, timed, Cluster, RunKeys, WriteResult};
 use crate::auth::Owner;
-use crate::journal::{End, EndReason, Journal};
+use crate::journal::Journal;
 use crate::run::Run;
+use crate::vocab::end::{End, EndReason};
 
 /// What the writer needs besides the run: where it lives in Redis and its metadata.
 pub struct Meta {

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::super::pipe::Inv;
 use super::super::{codec, scripts, timed};
 use super::Writer;
-use crate::journal::{End, EndReason};
+use crate::vocab::end::{End, EndReason};
 
 impl Writer {
     /// Reads the end another actor wrote and settles the local run with it.

@@ -10,8 +10,8 @@ use log::info;
 use redis::{PushInfo, PushKind, Value};
 
 use super::{scripts, timed, Bell, Cluster, RunKeys};
-use crate::journal::EndReason;
 use crate::run::Run;
+use crate::vocab::end::EndReason;
 
 impl Cluster {
     /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a

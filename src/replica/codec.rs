@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use crate::format::Event;
 use crate::journal::raw::Frame;
-use crate::journal::{End, EndReason};
+use crate::vocab::end::{End, EndReason};
 
 const TRANSIENT: u8 = 1;
 const NAMED_EVENT: u8 = 2;

@@ -1,4 +1,4 @@
-//! The per-process write pipeline: every run's append lane ([`super::lane`]) and every writer's
+//! The per-process write pipeline: every run's append lane ([`lane`]) and every writer's
 //! other script calls ([`Inv`]) go to one flusher task, which sends all the calls pending at that
 //! moment as ONE pipelined round trip (`EVALSHA` each, a `SCRIPT LOAD` and a resend when Redis
 //! lost the scripts). No timer: calls queue while up to [`IN_FLIGHT`] flushes are on the wire,
@@ -6,14 +6,16 @@
 //! in flight and its answer is settled here (no hop back through the run's writer task); a
 //! writer's call is answered to the writer. Fencing and explicit ids live in the scripts.
 
+pub(super) mod lane;
+
 use std::sync::Arc;
 use std::task::Poll;
 
 use redis::{Cmd, Pipeline, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::lane::{Lane, Sent};
 use super::{scripts, Conn, Health, JournalMetrics};
+use lane::{Lane, Sent};
 
 /// Pipelined round trips on the wire at once.
 const IN_FLIGHT: usize = 4;

@@ -1,5 +1,5 @@
 //! A run's append lane: the recorder encodes each batch straight into it (no hop through the
-//! run's writer task) and the replica's write pipeline ([`super::pipe`]) sends what it holds as
+//! run's writer task) and the replica's write pipeline ([`super`]) sends what it holds as
 //! one `APPEND` call with explicit stream ids. One call in flight per run; batches recorded
 //! meanwhile are coalesced into the next. The pipeline settles the answer itself; the writer
 //! task is woken only for what it handles: opening the lane (go-live, re-base), trouble (a
@@ -14,10 +14,10 @@ use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
-use super::pipe::Work;
-use super::{codec, scripts, Health, JournalMetrics, WriteResult};
+use super::Work;
 use crate::format::Event;
 use crate::journal::raw::Frame;
+use crate::replica::{codec, scripts, Health, JournalMetrics, WriteResult};
 
 /// Bytes a lane holds unsent at most (a call's time of a fast stream, or a go-live's); past
 /// that the run degrades (it re-bases).
@@ -328,7 +328,7 @@ impl Lane {
     /// Waits, for a call's time at most, until `done` gives an answer, re-checking after each
     /// answer from Redis; `None` when the time ran out.
     async fn wait_until<T>(&self, done: impl Fn(&St) -> Option<T>) -> Option<T> {
-        let deadline = Instant::now() + super::CALL_TIMEOUT * 2;
+        let deadline = Instant::now() + crate::replica::CALL_TIMEOUT * 2;
         loop {
             let answered = self.answered.notified();
             tokio::pin!(answered);

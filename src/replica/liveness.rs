@@ -12,7 +12,7 @@ use log::info;
 use redis::AsyncCommands;
 
 use super::{codec, scripts, timed, Cluster, Conn, RunKeys};
-use crate::journal::{End, EndReason};
+use crate::vocab::end::{End, EndReason};
 
 /// The set naming every replica life (`<id>\n<lease>`) that may have live runs.
 const LEASES: &str = "tj:leases";
