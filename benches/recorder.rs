@@ -8,11 +8,11 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use tether::config::Commit;
 use tether::config::DEFAULT_WINDOW;
 use tether::dialect::from_start;
-use tether::format::{Event, FormatKind};
 use tether::frame;
 use tether::ingest::Ingest;
-use tether::run::Run;
-use tether::sse::{Decoded, Decoder};
+use tether::record::format::{Event, FormatKind};
+use tether::record::sse::{Decoded, Decoder};
+use tether::state::run::Run;
 
 /// One text delta of `format` as its upstream sends it (the `i`-th of the turn).
 fn delta_event(format: FormatKind, i: usize, delta: &str) -> String {

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::compact::Capture;
 use crate::config::{DialectKind, Expired, KeySource, Resume};
 use crate::error::ApiError;
+use crate::record::compact::Capture;
 use crate::request::Parts;
 use crate::vocab::end::End;
 

@@ -4,8 +4,8 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::compact::Capture;
-use crate::json::write_str as write_json_str;
+use crate::record::compact::Capture;
+use crate::record::json::write_str as write_json_str;
 use crate::vocab::end::End;
 
 /// Digits of the largest seq (`u64::MAX`).

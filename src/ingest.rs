@@ -9,10 +9,10 @@ use bytes::Bytes;
 
 use crate::budget::{Budget, Charge};
 use crate::config::Commit;
-use crate::format::{detect_from_event, Event, Format, FormatKind};
 use crate::journal::raw::Frame;
 use crate::metrics::Outcome;
-use crate::sse::{Decoded, Decoder};
+use crate::record::format::{detect_from_event, Event, Format, FormatKind};
+use crate::record::sse::{Decoded, Decoder};
 use crate::vocab::end::{End, EndReason};
 
 /// Events searched for `event:` aliases before giving up on the ones not found.

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::compact::Capture;
-use crate::format::Event;
+use crate::record::compact::Capture;
+use crate::record::format::Event;
 use raw::{Frame, Seek};
 
 use crate::vocab::end::End;

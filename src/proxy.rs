@@ -20,9 +20,9 @@ use pingora_core::Result;
 use pingora_http::RequestHeader;
 use pingora_proxy::{ProxyHttp, Session};
 
-use crate::auth::Owner;
 use crate::config::{match_route, Captures, Route, RouteKind};
 use crate::error::{ApiError, Code};
+use crate::state::auth::Owner;
 pub use assets::CLIENT_PATH;
 use session::finish;
 pub use shared::Shared;
@@ -138,7 +138,7 @@ impl ProxyHttp for Sidecar {
         upstream_request: &mut RequestHeader,
         _ctx: &mut (),
     ) -> Result<()> {
-        upstream_request.remove_header(crate::upstream::RUN_ID_HEADER);
+        upstream_request.remove_header(crate::backend::RUN_ID_HEADER);
         Ok(())
     }
 

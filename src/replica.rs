@@ -41,11 +41,11 @@ use log::{info, warn};
 use prometheus::{Histogram, IntGauge};
 use redis::PushInfo;
 
-use crate::auth::{Auth, Owner};
 use crate::config;
 use crate::metrics::{label_enum, Counters, Metrics};
-use crate::registry::Registry;
-use crate::run::Run;
+use crate::state::auth::{Auth, Owner};
+use crate::state::registry::Registry;
+use crate::state::run::Run;
 pub(crate) use bell::Bell;
 pub use conn::pipeline_answers;
 pub(crate) use conn::Conn;

@@ -27,13 +27,13 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::Auth;
+use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::{Config, RouteKind};
 use crate::metrics::{EvictReason, Metrics};
 use crate::proxy::{Shared, Sidecar};
-use crate::registry::{Registry, Swept};
-use crate::upstream::Upstream;
+use crate::state::auth::Auth;
+use crate::state::registry::{Registry, Swept};
 use crate::vocab::end::EndReason;
 use admin::Admin;
 pub use conn::DownstreamMetrics;

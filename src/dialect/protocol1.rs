@@ -8,10 +8,10 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 
 use super::{AttachRequest, Dialect, Incoming};
-use crate::compact::Capture;
 use crate::config::KeySource;
 use crate::error::{ApiError, Code};
 use crate::frame::{self, EventEncoder};
+use crate::record::compact::Capture;
 use crate::request;
 use crate::vocab::end::End;
 

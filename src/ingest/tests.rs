@@ -1,7 +1,7 @@
 //! Tests of the recording rules and the end-of-run verdict, on byte slices.
 
 use super::*;
-use crate::format::agui::Agui;
+use crate::record::format::agui::Agui;
 
 fn ingest(commit: Commit) -> Ingest {
     Ingest::new(Some(&Agui), commit, 1024)

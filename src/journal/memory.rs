@@ -13,9 +13,9 @@ use tokio::time::Instant;
 use super::raw::{Frame, RawLog, Seek};
 use super::window::Window;
 use super::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
-use crate::compact::Compactor;
-use crate::format::Event;
 use crate::frame::EventEncoder;
+use crate::record::compact::Compactor;
+use crate::record::format::Event;
 use crate::vocab::end::End;
 
 #[derive(Debug)]

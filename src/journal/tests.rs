@@ -4,8 +4,8 @@ use bytes::Bytes;
 
 use super::memory::MemoryJournal;
 use super::*;
-use crate::format::{agui::Agui, Format};
-use crate::sse::SseEvent;
+use crate::record::format::{agui::Agui, Format};
+use crate::record::sse::SseEvent;
 use crate::vocab::end::EndReason;
 
 fn ev(json: &'static str) -> Event {

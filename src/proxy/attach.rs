@@ -1,5 +1,5 @@
 //! Attach routes: parse the request (protocol 1), decide per the attach table
-//! ([`crate::attach`]), wait or record on a miss, and serve the client as an observer. A request
+//! ([`crate::state::attach`]), wait or record on a miss, and serve the client as an observer. A request
 //! without `"protocol": 1` goes to the backend unchanged.
 
 use log::{debug, info};
@@ -9,20 +9,20 @@ use super::session::{
     forward_unrecorded, header_value, observe, read_body, write_sse_header, Handled, Reply,
 };
 use super::{Matched, Sidecar};
-use crate::attach::{self, Decision};
-use crate::auth::Auth;
 use crate::config::OnMiss;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
+use crate::state::attach::{self, Decision};
+use crate::state::auth::Auth;
 use crate::vocab::kinds::DialectKind;
 
 const P1: DialectKind = DialectKind::Protocol1;
-use crate::attach::Start;
-use crate::registry::Admission;
 use crate::request::Parts;
-use crate::run::mint_run_id;
+use crate::state::attach::Start;
+use crate::state::registry::Admission;
+use crate::state::run::mint_run_id;
 
 impl Sidecar {
     /// `kind = "attach"`: serve the chat's run from the buffer.

@@ -14,14 +14,14 @@ use serde_json::json;
 use super::resume::{first_key, Lookup};
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
-use crate::auth::Auth;
 use crate::config::Answer;
 use crate::error::{ApiError, Code};
-use crate::format::{agui::Agui, Format};
+use crate::record::format::{agui::Agui, Format};
+use crate::record::sse::SseEvent;
 use crate::request::{self, Parts};
-use crate::run::Run;
-use crate::sse::SseEvent;
 use crate::stall::Stall;
+use crate::state::auth::Auth;
+use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 
 /// What a stop names: the run, the id the client named it by, the chat's scope when known, and
@@ -138,7 +138,7 @@ impl Sidecar {
         route: &crate::config::Route,
         parts: &Parts<'_>,
         body: &[u8],
-        owner: &crate::auth::Owner,
+        owner: &crate::state::auth::Owner,
     ) -> Result<Target, ApiError> {
         let reg = &self.shared.registry;
         // A stop that names its run by path, query or header may have no body at all (the
@@ -184,7 +184,7 @@ impl Sidecar {
         route: &crate::config::Route,
         parts: &Parts<'_>,
         body: &[u8],
-        owner: &crate::auth::Owner,
+        owner: &crate::state::auth::Owner,
     ) -> Option<Lookup> {
         if route.run.is_empty() && route.cancel_request_id.is_none() {
             let req = request::stop(&route.chat_id, body, parts).ok()?;

@@ -14,16 +14,16 @@ use super::session::{
     Handled, Reply, Source,
 };
 use super::{Matched, Sidecar};
-use crate::attach::Start;
-use crate::auth::{Auth, Owner};
 use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim};
 use crate::error::{ApiError, Code};
-use crate::registry::{Admission, Busy, Pending};
+use crate::producer::{self, Head, Job};
 use crate::request::{self, Parts, RecordRequest};
-use crate::run::mint_run_id;
-use crate::upstream::producer::{self, Head, Job};
+use crate::state::attach::Start;
+use crate::state::auth::{Auth, Owner};
+use crate::state::registry::{Admission, Busy, Pending};
+use crate::state::run::mint_run_id;
 
 /// A turn ready to forward: its registration, run id, body, and how its requester reads it.
 pub(crate) struct Turn {

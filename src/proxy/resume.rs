@@ -13,16 +13,16 @@ use serde_json::{json, Map, Value};
 
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
-use crate::auth::{Auth, Owner};
+use crate::backend::relayed;
 use crate::config::{DialectKind, Expired, KeySource, OnNothing, Route};
+use crate::deliver::replay;
 use crate::dialect::{verbatim, Plan, Refusal};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
-use crate::replay;
 use crate::request::{self, json_object, Parts, Query};
-use crate::run::Run;
-use crate::token;
-use crate::upstream::relayed;
+use crate::state::auth::{Auth, Owner};
+use crate::state::run::Run;
+use crate::state::token;
 
 /// The first of `sources` the request carries, as text.
 pub(crate) fn first_key(
@@ -285,7 +285,7 @@ impl Sidecar {
         let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
         let outcome = replay::serve(&mut sink, run, plan, &opts, &s.stop).await;
         match outcome {
-            crate::observer::Outcome::Ended if sink.finish().await => Ok(Reply::Done),
+            crate::deliver::observer::Outcome::Ended if sink.finish().await => Ok(Reply::Done),
             _ => Ok(Reply::Abort),
         }
     }

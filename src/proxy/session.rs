@@ -13,13 +13,13 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 
 use super::shared::Shared;
-use crate::attach::Start;
+use crate::backend::{relayed, Exchange, Upstream};
+use crate::deliver::observer::{self, Sink};
 use crate::error::{ApiError, Code};
-use crate::observer::{self, Sink};
-use crate::run::{ObserverGuard, Run};
+use crate::producer::TeeReader;
 use crate::stall::Stall;
-use crate::upstream::producer::TeeReader;
-use crate::upstream::{relayed, Exchange, Upstream};
+use crate::state::attach::Start;
+use crate::state::run::{ObserverGuard, Run};
 
 /// How a handled request ended, for the adapter. Errors are [`ApiError`]s beside it.
 pub(crate) enum Reply {

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::Auth;
+use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::registry::Registry;
-use crate::upstream::Upstream;
+use crate::state::auth::Auth;
+use crate::state::registry::Registry;
 
 /// State shared by every request of one sidecar.
 pub struct Shared {

@@ -145,8 +145,8 @@ pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compact::Compactor;
-    use crate::format::Event;
+    use crate::record::compact::Compactor;
+    use crate::record::format::Event;
     use crate::replica::codec;
     use bytes::BytesMut;
 

@@ -10,7 +10,7 @@ use log::info;
 use redis::{PushInfo, PushKind, Value};
 
 use super::{scripts, timed, Bell, Cluster, RunKeys};
-use crate::run::Run;
+use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 
 impl Cluster {

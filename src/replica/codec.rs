@@ -5,8 +5,8 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde_json::{json, Value};
 
-use crate::format::Event;
 use crate::journal::raw::Frame;
+use crate::record::format::Event;
 use crate::vocab::end::{End, EndReason};
 
 const TRANSIENT: u8 = 1;

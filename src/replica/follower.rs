@@ -24,11 +24,11 @@ use tokio::time::Instant;
 use super::bell::{apply_data, apply_entry, Bell};
 use super::codec::{self, Checkpoint};
 use super::{owner_alive, scripts, timed, Cluster, RunKeys};
-use crate::auth::Owner;
-use crate::compact::Compactor;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
-use crate::run::Run;
+use crate::record::compact::Compactor;
+use crate::state::auth::Owner;
+use crate::state::run::Run;
 use crate::vocab::end::End;
 
 /// Stream entries read per call.

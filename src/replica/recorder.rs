@@ -11,10 +11,10 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
 use super::pipe::lane::Lane;
-use crate::format::Event;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::raw::{Frame, Seek};
 use crate::journal::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use crate::record::format::Event;
 use crate::vocab::end::End;
 
 /// Messages queued per run before the journal degrades for it.

@@ -24,9 +24,9 @@ use super::pipe::lane::{Target, Trouble};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
 use super::{scripts, timed, Cluster, RunKeys, WriteResult};
-use crate::auth::Owner;
 use crate::journal::Journal;
-use crate::run::Run;
+use crate::state::auth::Owner;
+use crate::state::run::Run;
 use crate::vocab::end::{End, EndReason};
 
 /// What the writer needs besides the run: where it lives in Redis and its metadata.

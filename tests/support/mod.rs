@@ -31,11 +31,11 @@ pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, Sidecar};
 
-pub use tether::auth::Owner;
 pub use tether::config::{parse_file, Config, Flags};
 pub use tether::metrics::Metrics;
 pub use tether::server::demo::{self, DemoOptions};
 pub use tether::server::Handle;
+pub use tether::state::auth::Owner;
 
 /// Upper bound on any single wait in a test, so a bug fails instead of hanging.
 pub const LIMIT: Duration = Duration::from_secs(20);

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tether::registry::Registry;
-use tether::run::Run;
+use tether::state::registry::Registry;
+use tether::state::run::Run;
 
 use super::{parse_file, request, Config, DemoOptions, Flags, Handle, Owner};
 

@@ -41,7 +41,7 @@ fn event_frame_embeds_the_event_verbatim() {
 
 #[test]
 fn snapshot_frame_wraps_the_history() {
-    let mut c = crate::compact::Compactor::new();
+    let mut c = crate::record::compact::Compactor::new();
     let empty = snapshot("r", 0, &c.capture());
     assert_eq!(
         parse(&empty),
@@ -50,9 +50,9 @@ fn snapshot_frame_wraps_the_history() {
             json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]})
         )
     );
-    c.push(&crate::format::Format::classify(
-        &crate::format::agui::Agui,
-        &crate::sse::SseEvent {
+    c.push(&crate::record::format::Format::classify(
+        &crate::record::format::agui::Agui,
+        &crate::record::sse::SseEvent {
             event: None,
             data: bytes::Bytes::from_static(br#"{"type":"RUN_STARTED"}"#),
             id: None,
@@ -181,11 +181,11 @@ fn an_event_frame_decodes_back_to_its_id_and_event() {
         &out[..],
         b"id: r:1\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":\"r\",\"seq\":1,\"event\":{}}\n\n"
     );
-    let mut dec = crate::sse::Decoder::new(1024);
+    let mut dec = crate::record::sse::Decoder::new(1024);
     let mut got = Vec::new();
     dec.feed(&out.freeze(), &mut got);
     match &got[..] {
-        [crate::sse::Decoded::Event(e)] => {
+        [crate::record::sse::Decoded::Event(e)] => {
             assert_eq!(e.id.as_deref(), Some(&b"r:1"[..]));
             let v: Value = serde_json::from_slice(&e.data).unwrap();
             assert_eq!(v["event"], json!({}));

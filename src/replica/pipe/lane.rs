@@ -15,8 +15,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::Work;
-use crate::format::Event;
 use crate::journal::raw::Frame;
+use crate::record::format::Event;
 use crate::replica::{codec, scripts, Health, JournalMetrics, WriteResult};
 
 /// Bytes a lane holds unsent at most (a call's time of a fast stream, or a go-live's); past

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tether::format::{FormatChoice, FormatKind};
+use tether::record::format::{FormatChoice, FormatKind};
 
 use crate::formats::common::*;
 

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tether::format::{detect_from_headers, FormatChoice, FormatKind};
+use tether::record::format::{detect_from_headers, FormatChoice, FormatKind};
 
 use crate::formats::common::*;
 use crate::support::parse_frame;

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tether::format::{FormatChoice, FormatKind};
+use tether::record::format::{FormatChoice, FormatKind};
 
 use crate::formats::common::*;
 use crate::support::parse_frame;
@@ -237,7 +237,7 @@ fn headers_name_no_anthropic_stream_and_the_first_event_does() {
         "anthropic-version" => Some("2023-06-01".to_string()),
         _ => None,
     };
-    assert_eq!(tether::format::detect_from_headers(header), None);
+    assert_eq!(tether::record::format::detect_from_headers(header), None);
     for name in ["tool_use_and_text", "overloaded_error"] {
         let first = fixture(F, name);
         let (_, ingest, _) = record(FormatChoice::Auto, &[first.slice(..first.len().min(400))]);

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use tether::config::Commit;
-use tether::format::{Event, FormatChoice, FormatKind};
 use tether::frame;
 use tether::ingest::Ingest;
-use tether::run::Run;
+use tether::record::format::{Event, FormatChoice, FormatKind};
+use tether::state::run::Run;
 
 use crate::support::*;
 

@@ -4,8 +4,8 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use tether::format::{detect_from_headers, FormatChoice, FormatKind};
 use tether::ingest::Ending;
+use tether::record::format::{detect_from_headers, FormatChoice, FormatKind};
 
 use crate::formats::common::*;
 use crate::support::parse_frame;

@@ -1,0 +1,248 @@
+//! The backend client: Pingora's connection pool behind a connect queue ([`connect`]) with
+//! tether's own HTTP/1.1 exchange on top ([`exchange`], [`wire`]), the request as forwarded (hop-by-hop headers dropped,
+//! `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as relayed, and the rule for
+//! which answers are recorded. The producer is in [`producer`].
+
+pub mod connect;
+pub mod exchange;
+pub mod wire;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use pingora_core::connectors::TransportConnector;
+use pingora_core::upstreams::peer::{HttpPeer, Peer};
+use pingora_http::{RequestHeader, ResponseHeader};
+
+pub use exchange::Exchange;
+
+use connect::{Connects, Refused};
+
+use crate::config;
+use crate::error::{UpstreamError, UpstreamErrorKind};
+
+/// The header naming the run a forwarded request records: tether's alone to set, never the
+/// client's (a backend may trust it).
+pub const RUN_ID_HEADER: &str = "x-tether-run-id";
+
+/// How long an idle pooled connection to the backend is kept open.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1), besides those that a
+/// `Connection` header names.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The hop-by-hop headers of a message with these headers: the fixed list, and the headers its
+/// `Connection` header names (lower case).
+fn hop_by_hop(headers: &http::HeaderMap) -> Vec<String> {
+    let named = headers
+        .get_all("connection")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty());
+    HOP_BY_HOP
+        .iter()
+        .map(|h| h.to_string())
+        .chain(named)
+        .collect()
+}
+
+/// An upstream response header as relayed to a client: unchanged but for hop-by-hop headers,
+/// and chunked framing when `chunked` (Pingora redoes the framing). A `204` or `304` has no
+/// body, so it never gets framing headers (RFC 9110 §6.4.1); a `204` loses a `Content-Length`
+/// too (§8.6).
+pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
+    for name in hop_by_hop(&h.headers) {
+        h.remove_header(&name);
+    }
+    let status = h.status.as_u16();
+    if status == 204 {
+        h.remove_header("content-length");
+    }
+    if chunked && !matches!(status, 204 | 304) {
+        h.remove_header("content-length");
+        let _ = h.insert_header("transfer-encoding", "chunked");
+    }
+    h
+}
+
+/// The backend: a connection pool, its connect queue and the peer it connects to.
+pub struct Upstream {
+    connector: TransportConnector,
+    connects: Connects,
+    peer: HttpPeer,
+    opts: config::Upstream,
+}
+
+impl Upstream {
+    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1), resolved once here.
+    pub fn new(addr: &str, opts: config::Upstream) -> std::io::Result<Self> {
+        // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
+        let mut peer = HttpPeer::new(config::resolve(addr)?, false, String::new());
+        peer.options.connection_timeout = Some(opts.connect_timeout.0);
+        peer.options.idle_timeout = Some(POOL_IDLE);
+        // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.
+        peer.options.read_timeout = Some(opts.idle_timeout.0);
+        peer.options.write_timeout = Some(opts.write_timeout.0);
+        Ok(Upstream {
+            connector: TransportConnector::new(None),
+            connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
+            peer,
+            opts,
+        })
+    }
+
+    /// How long a backend may stay silent mid-answer.
+    pub fn idle_timeout(&self) -> Duration {
+        self.opts.idle_timeout.0
+    }
+
+    /// The connect queue, for its gauges.
+    pub fn connects(&self) -> &Connects {
+        &self.connects
+    }
+
+    /// The peer, for Pingora's pass-through path.
+    pub fn peer(&self) -> Box<HttpPeer> {
+        Box::new(self.peer.clone())
+    }
+
+    /// Sends `req` with `body` and reads the response head. The request goes to the backend at
+    /// most once: only a pooled connection found gone before any byte of the request was
+    /// written to it (the backend closed the idle connection meanwhile) is retried, once, on a
+    /// fresh one. Once a byte was written, a failure before the answer (a close, a reset, a
+    /// timeout, a garbled head) is the caller's error: the backend may be running the turn.
+    /// (Pingora's pool drops idle connections the backend closed, and checks each one again
+    /// just before handing it out.)
+    pub async fn open(
+        &self,
+        req: &RequestHeader,
+        body: &Bytes,
+        run_id: Option<&str>,
+    ) -> Result<Exchange, UpstreamError> {
+        let refused = |e: String| UpstreamError {
+            kind: UpstreamErrorKind::Protocol,
+            message: format!("cannot build the upstream request: {e}"),
+        };
+        let header = outgoing(req, body.len(), run_id).map_err(|e| refused(e.to_string()))?;
+        let head = wire::request_head(&header).map_err(|e| refused(e.to_string()))?;
+        let limits = exchange::Limits {
+            write: self.opts.write_timeout.0,
+            head: self.opts.idle_timeout.0,
+        };
+        let mut retried = false;
+        loop {
+            let (stream, reused) = self
+                .connects
+                .run(|| self.connector.get_stream(&self.peer), |e| out_of_fds(e))
+                .await
+                .map_err(|r| self.unreachable(r))?;
+            match Exchange::start(stream, &head, body, &header.method, limits).await {
+                Ok(x) => return Ok(x),
+                Err(f) if f.retry && reused && !retried => retried = true,
+                Err(f) => return Err(f.error),
+            }
+        }
+    }
+
+    fn unreachable(&self, r: Refused<Box<pingora_core::Error>>) -> UpstreamError {
+        let message = match r {
+            Refused::Queue(d) => format!(
+                "no connect slot for {} freed within {d:?} (connect_queue_timeout)",
+                self.peer.address()
+            ),
+            Refused::Failed {
+                error,
+                waited: None,
+            } => {
+                format!("cannot connect to {}: {error}", self.peer.address())
+            }
+            Refused::Failed {
+                error,
+                waited: Some(w),
+            } => format!(
+                "cannot connect to {} after waiting {w:?} for a file descriptor: {error}",
+                self.peer.address()
+            ),
+        };
+        UpstreamError {
+            kind: UpstreamErrorKind::Connect,
+            message,
+        }
+    }
+
+    /// Returns the connection of an exchange to the pool when it can carry another request
+    /// (see [`Exchange::into_reusable`]); otherwise it is closed.
+    pub fn release(&self, x: Exchange) {
+        if let Some(stream) = x.into_reusable() {
+            self.connector
+                .release_stream(stream, self.peer.reuse_hash(), self.peer.idle_timeout());
+        }
+    }
+}
+
+/// The request as forwarded: the client's, minus hop-by-hop headers and any `X-Tether-Run-Id`
+/// the client sent, with the body length, `Accept-Encoding: identity` and, when tether names
+/// the run (`run_id`), its own `X-Tether-Run-Id`.
+fn outgoing(
+    req: &RequestHeader,
+    len: usize,
+    run_id: Option<&str>,
+) -> pingora_core::Result<RequestHeader> {
+    let mut h = req.clone();
+    if h.uri.scheme().is_some() {
+        let pq = h.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = http::Uri::try_from(pq).unwrap_or_else(|_| http::Uri::from_static("/"));
+        if h.headers.get("host").is_none() {
+            if let Some(a) = req.uri.authority() {
+                h.insert_header("host", a.as_str())?;
+            }
+        }
+        h.set_uri(uri);
+    }
+    for name in hop_by_hop(&req.headers) {
+        h.remove_header(&name);
+    }
+    h.remove_header(RUN_ID_HEADER);
+    h.insert_header("content-length", len.to_string())?;
+    h.insert_header("accept-encoding", "identity")?;
+    if let Some(id) = run_id {
+        h.insert_header(RUN_ID_HEADER, id)?;
+    }
+    Ok(h)
+}
+
+/// Whether a Pingora connect error is the process (or system) out of file descriptors.
+fn out_of_fds(e: &pingora_core::Error) -> bool {
+    e.root_cause()
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(connect::is_out_of_fds)
+}
+
+/// Whether an upstream answer is recorded: 2xx and `text/event-stream`.
+pub fn is_recordable(h: &ResponseHeader) -> bool {
+    h.status.is_success()
+        && h.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.trim_start()
+                    .to_ascii_lowercase()
+                    .starts_with("text/event-stream")
+            })
+}
+
+#[cfg(test)]
+mod tests;

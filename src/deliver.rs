@@ -1,0 +1,5 @@
+//! Delivery: the write loops that serve a client from a run, in protocol 1 ([`observer`]) or in
+//! the upstream's own format ([`replay`]).
+
+pub mod observer;
+pub mod replay;

@@ -1,0 +1,200 @@
+//! Observers: the write loop that serves one client from a run (snapshot or replay, live tail,
+//! then exactly one `STREAM_END`).
+//!
+//! The loop reads by cursor; it never consumes from a shared queue. Each wake-up writes every
+//! frame available since the cursor in one write. An observer that falls out of the window is
+//! reset with a fresh snapshot; a client that leaves, even while idle, ends only its observer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use log::debug;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::dialect::protocol1::Protocol1;
+use crate::dialect::Dialect;
+use crate::metrics::{Metrics, ResetReason};
+use crate::record::compact::Capture;
+use crate::record::sse::KEEPALIVE;
+use crate::state::attach::Start;
+use crate::state::run::{ObserverGuard, Run};
+use crate::vocab::kinds::DialectKind;
+
+/// Frames gathered into one write at most.
+const MAX_FRAMES_PER_WRITE: usize = 512;
+
+/// The client side of an observer: where frames go.
+#[async_trait]
+pub trait Sink: Send {
+    /// Writes one chunk; an error means the client is gone (or stalled past the write timeout).
+    async fn send(&mut self, data: Bytes) -> Result<(), ()>;
+    /// Resolves when the client goes away while nothing is being written.
+    async fn closed(&mut self);
+}
+
+/// How one observer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// `STREAM_END` was written.
+    Ended,
+    /// The client left or stalled.
+    Gone,
+    /// The process is shutting down.
+    Shutdown,
+}
+
+/// Observer settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Interval of `: keepalive` comments while idle.
+    pub heartbeat: Duration,
+}
+
+/// Serves one client from `run` until `STREAM_END`, the client leaving, or shutdown. `guard`
+/// is the client's attachment when it was counted earlier (the original requester).
+pub async fn serve<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    start: Start,
+    guard: Option<ObserverGuard>,
+    opts: &Options,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Outcome {
+    let _guard = guard.unwrap_or_else(|| run.observe());
+    metrics.observers_active.inc();
+    let outcome = write_loop(sink, run, start, opts, metrics, shutdown).await;
+    metrics.observers_active.dec();
+    debug!("observer of run {} ended: {outcome:?}", run.id());
+    outcome
+}
+
+async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
+    let t = Instant::now();
+    let snap = run.snapshot().await;
+    if snap.serialized {
+        metrics
+            .snapshot_serialize
+            .observe(t.elapsed().as_secs_f64());
+    }
+    (snap.seq, snap.frame)
+}
+
+async fn write_loop<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    start: Start,
+    opts: &Options,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Outcome {
+    let mut rx = run.subscribe();
+    let mut cursor = match start {
+        Start::After(c) => c,
+        Start::Fresh => {
+            let frame = Protocol1.snapshot(run.id(), 0, &Capture::default());
+            if sink.send(frame).await.is_err() {
+                return Outcome::Gone;
+            }
+            0
+        }
+        Start::Snapshot => {
+            let (seq, frame) = snapshot(run, metrics).await;
+            if sink.send(frame).await.is_err() {
+                return Outcome::Gone;
+            }
+            seq
+        }
+    };
+    let mut heartbeat = heartbeats(opts.heartbeat);
+    loop {
+        rx.borrow_and_update();
+        match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
+            Ok(read) => {
+                let out = match (&read.frames[..], &read.end) {
+                    // One frame: the shared frame itself, no copy.
+                    ([one], None) => one.clone(),
+                    (frames, end) => {
+                        let len = frames.iter().map(Bytes::len).sum::<usize>();
+                        let mut out = BytesMut::with_capacity(len + 160);
+                        frames.iter().for_each(|f| out.extend_from_slice(f));
+                        if let Some(end) = end {
+                            out.extend_from_slice(&Protocol1.end(run.id(), end));
+                        }
+                        out.freeze()
+                    }
+                };
+                if !out.is_empty() {
+                    if sink.send(out).await.is_err() {
+                        return Outcome::Gone;
+                    }
+                    if !read.frames.is_empty() {
+                        metrics
+                            .observer_lag
+                            .observe(read.head.saturating_sub(read.last) as f64);
+                        if let Some(at) = read.last_arrival {
+                            metrics.delivery_delay.observe(at.elapsed().as_secs_f64());
+                        }
+                    }
+                }
+                if read.end.is_some() {
+                    return Outcome::Ended;
+                }
+                if read.last > cursor {
+                    cursor = read.last;
+                    continue;
+                }
+            }
+            Err(_) => {
+                // Fell out of the window (a slow reader): reset from a fresh snapshot.
+                metrics
+                    .snapshot_resets
+                    .inc(DialectKind::Protocol1, ResetReason::Lagged);
+                debug!(
+                    "observer of run {} lagged at {cursor}; reset by snapshot",
+                    run.id()
+                );
+                let (seq, frame) = snapshot(run, metrics).await;
+                if sink.send(frame).await.is_err() {
+                    return Outcome::Gone;
+                }
+                cursor = seq;
+                continue;
+            }
+        }
+        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+            return outcome;
+        }
+    }
+}
+
+/// The `: keepalive` ticker of a reader, first due one interval from now.
+pub fn heartbeats(every: Duration) -> tokio::time::Interval {
+    tokio::time::interval_at(Instant::now() + every, every)
+}
+
+/// Waits, while a reader has nothing to write, until the run changes, writing a heartbeat
+/// when one is due (then returns too, so the reader looks again). `Err` is how the reader
+/// ends: the client left (also noticed while idle) or the process is shutting down.
+pub async fn idle<S: Sink>(
+    sink: &mut S,
+    rx: &mut tokio::sync::watch::Receiver<u64>,
+    heartbeat: &mut tokio::time::Interval,
+    shutdown: &CancellationToken,
+) -> Result<(), Outcome> {
+    tokio::select! {
+        r = rx.changed() => r.map_err(|_| Outcome::Gone),
+        _ = sink.closed() => Err(Outcome::Gone),
+        _ = heartbeat.tick() => sink
+            .send(Bytes::from_static(KEEPALIVE))
+            .await
+            .map_err(|()| Outcome::Gone),
+        _ = shutdown.cancelled() => Err(Outcome::Shutdown),
+    }
+}
+
+#[cfg(test)]
+mod tests;

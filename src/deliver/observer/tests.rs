@@ -1,0 +1,173 @@
+//! Tests of attach decisions and the observer write loop, with an in-memory sink.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::*;
+use crate::record::format::{agui::Agui, Format};
+use crate::record::sse::{Decoded, Decoder, SseEvent};
+
+fn ev(v: Value) -> crate::record::format::Event {
+    Agui.classify(&SseEvent {
+        event: None,
+        data: Bytes::from(v.to_string()),
+        id: None,
+    })
+}
+
+fn text(d: &str) -> crate::record::format::Event {
+    ev(json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":d}))
+}
+
+/// A sink that forwards every write to a channel; `send` waits while `gate` is closed.
+struct ChanSink {
+    tx: mpsc::UnboundedSender<Bytes>,
+    gate: watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl Sink for ChanSink {
+    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
+        let _ = self.gate.wait_for(|open| *open).await;
+        self.tx.send(data).map_err(|_| ())
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+/// Decodes everything written so far into frame JSON.
+fn frames_of(rx: &mut mpsc::UnboundedReceiver<Bytes>, dec: &mut Decoder) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut decoded = Vec::new();
+    while let Ok(chunk) = rx.try_recv() {
+        dec.feed(&chunk, &mut decoded);
+    }
+    for d in decoded {
+        if let Decoded::Event(e) = d {
+            out.push(serde_json::from_slice(&e.data).unwrap());
+        }
+    }
+    out
+}
+
+fn opts() -> Options {
+    Options {
+        heartbeat: Duration::from_secs(3600),
+    }
+}
+
+#[tokio::test]
+async fn serves_snapshot_then_live_events_then_one_end() {
+    let m = Metrics::new();
+    let run = Arc::new(Run::new("r", 8));
+    run.append(&[text("a"), text("b")]);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_gate_tx, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let r = run.clone();
+    let m2 = m.clone();
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        serve(&mut sink, &r, Start::Snapshot, None, &opts(), &m2, &stop).await
+    });
+    // The snapshot arrives first; wait for it before appending more.
+    let first = rx.recv().await.unwrap();
+    run.append(&[text("c")]);
+    run.finish(true, None);
+    assert_eq!(task.await.unwrap(), Outcome::Ended);
+    let (first_tx, mut first_rx) = mpsc::unbounded_channel();
+    first_tx.send(first).unwrap();
+    let snap = frames_of(&mut first_rx, &mut Decoder::new(1 << 20)).remove(0);
+    assert_eq!(snap["seq"], 2);
+    assert_eq!(snap["events"][0]["delta"], "ab");
+    let rest = frames_of(&mut rx, &mut Decoder::new(1 << 20));
+    let types: Vec<&str> = rest.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["STREAM_EVENT", "STREAM_END"]);
+    assert_eq!(rest[0]["seq"], 3);
+    assert_eq!(rest[1]["persisted"], true);
+    assert_eq!(run.observers(), 0);
+}
+
+#[tokio::test]
+async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
+    let m = Metrics::new();
+    let run = Arc::new(Run::new("r", 4));
+    run.append(&[text("a")]);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (gate_tx, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let r = run.clone();
+    let m2 = m.clone();
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &stop).await
+    });
+    let _ = rx.recv().await.unwrap(); // seq 1 written
+    gate_tx.send_replace(false); // the client stops reading
+    run.append(&[text("b")]);
+    for d in ["c", "d", "e", "f", "g", "h"] {
+        run.append(&[ev(json!({"type":"CUSTOM","name":"x","value":d})), text(d)]);
+    }
+    gate_tx.send_replace(true);
+    run.finish(true, None);
+    assert_eq!(task.await.unwrap(), Outcome::Ended);
+    let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));
+    let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
+    // Seq 2 left the window before the observer could write it: a reset, not a gap.
+    assert_eq!(types, ["STREAM_SNAPSHOT", "STREAM_END"]);
+    assert_eq!(frames[0]["seq"], run.head());
+    assert_eq!(frames[0]["events"][0]["delta"], "ab");
+    assert_eq!(frames[0]["events"].as_array().unwrap().len(), 13);
+    assert!(m
+        .render()
+        .contains("tether_snapshot_resets_total{dialect=\"protocol1\",reason=\"lagged\"} 1"));
+}
+
+#[tokio::test]
+async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
+    let m = Metrics::new();
+    let run = Arc::new(Run::new("r", 4));
+    run.finish(false, Some(crate::vocab::end::EndReason::NoTerminalEvent));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_g, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let mut sink = ChanSink { tx, gate };
+    assert_eq!(
+        serve(&mut sink, &run, Start::Fresh, None, &opts(), &m, &stop).await,
+        Outcome::Ended
+    );
+    let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));
+    assert_eq!(
+        frames[0],
+        json!({"type":"STREAM_SNAPSHOT","run_id":"r","seq":0,"events":[]})
+    );
+    assert_eq!(frames[1]["reason"], "no_terminal_event");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_observer_gets_a_keepalive_comment_each_heartbeat_and_nothing_between() {
+    let run = Arc::new(Run::new("r", 8));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_gate_tx, gate) = watch::channel(true);
+    let (r, m) = (run.clone(), Metrics::new());
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        let opts = Options {
+            heartbeat: Duration::from_secs(15),
+        };
+        let stop = CancellationToken::new();
+        serve(&mut sink, &r, Start::After(0), None, &opts, &m, &stop).await
+    });
+    tokio::time::sleep(Duration::from_secs(14)).await;
+    assert!(rx.try_recv().is_err(), "nothing before the first heartbeat");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(KEEPALIVE));
+    assert!(rx.try_recv().is_err());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(KEEPALIVE));
+    run.finish(true, None);
+    assert_eq!(task.await.unwrap(), Outcome::Ended);
+}

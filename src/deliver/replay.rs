@@ -1,0 +1,124 @@
+//! Verbatim readers: the write loop that serves a client in the upstream's own format from a
+//! run's raw record (a `from_start` rendering or a raw cursor, then the live tail), with
+//! heartbeats while idle, until the run ends. No end frame: the response just closes.
+//!
+//! Like the protocol-1 observer, it reads by cursor and never consumes from a shared queue; any
+//! number of readers may read one run and vanish at any time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, BytesMut};
+use log::debug;
+use tokio_util::sync::CancellationToken;
+
+use crate::deliver::observer::{heartbeats, idle, Outcome, Sink};
+use crate::dialect::{from_start, Plan};
+use crate::state::run::Run;
+
+/// Raw frames gathered into one write at most.
+const MAX_FRAMES_PER_WRITE: usize = 512;
+
+/// A verbatim reader's settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Interval of `: keepalive` comments while idle.
+    pub heartbeat: Duration,
+    /// Add `id: <run_id>:<index>` to every frame (`ids = "inject"`).
+    pub inject_ids: bool,
+}
+
+/// Appends raw frame `index` of `run_id`, with an injected id line when asked.
+fn put_frame(out: &mut BytesMut, run_id: &str, index: u64, frame: &[u8], inject: bool) {
+    if !inject || frame.is_empty() {
+        out.put_slice(frame);
+        return;
+    }
+    // The frame ends with its blank line; the id goes last so it wins over any upstream id.
+    out.put_slice(&frame[..frame.len() - 1]);
+    out.put_slice(b"id: ");
+    out.put_slice(run_id.as_bytes());
+    out.put_u8(b':');
+    out.put_slice(itoa::Buffer::new().format(index).as_bytes());
+    out.put_slice(b"\n\n");
+}
+
+/// Serves `run` to one client from `plan` until the run ends, the client leaves or shutdown.
+pub async fn serve<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    plan: Plan,
+    opts: &Options,
+    shutdown: &CancellationToken,
+) -> Outcome {
+    let _guard = run.observe();
+    let outcome = write_loop(sink, run, plan, opts, shutdown).await;
+    debug!("verbatim reader of run {} ended: {outcome:?}", run.id());
+    outcome
+}
+
+async fn write_loop<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    plan: Plan,
+    opts: &Options,
+    shutdown: &CancellationToken,
+) -> Outcome {
+    let mut rx = run.subscribe();
+    let mut next = match plan {
+        Plan::Empty => return Outcome::Ended,
+        Plan::From(i) => i,
+        Plan::Render => {
+            let cap = run.capture();
+            let history = from_start::render(&cap);
+            if !history.is_empty() && sink.send(history).await.is_err() {
+                return Outcome::Gone;
+            }
+            cap.raw_end
+        }
+    };
+    let mut heartbeat = heartbeats(opts.heartbeat);
+    loop {
+        rx.borrow_and_update();
+        let Some(read) = run.read_raw(next, MAX_FRAMES_PER_WRITE) else {
+            return Outcome::Ended;
+        };
+        if read.expired {
+            // A reader slower than the raw record's cap: its stream cannot continue in order.
+            debug!(
+                "verbatim reader of run {} fell out of the raw record at {next}",
+                run.id()
+            );
+            return Outcome::Gone;
+        }
+        if !read.frames.is_empty() {
+            let out = match (&read.frames[..], opts.inject_ids) {
+                ([(_, one)], false) => one.clone(),
+                (frames, inject) => {
+                    let len = frames.iter().map(|(_, f)| f.len() + 40).sum::<usize>();
+                    let mut out = BytesMut::with_capacity(len);
+                    for (i, f) in frames {
+                        put_frame(&mut out, run.id(), *i, f, inject);
+                    }
+                    out.freeze()
+                }
+            };
+            if sink.send(out).await.is_err() {
+                return Outcome::Gone;
+            }
+            next = read.next;
+        }
+        if read.end.is_some() {
+            return Outcome::Ended;
+        }
+        if !read.frames.is_empty() {
+            continue;
+        }
+        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+            return outcome;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,135 @@
+//! Tests of the verbatim write loop over an in-memory run with a raw record.
+
+use super::*;
+use crate::journal::raw::Frame;
+use crate::record::format::{agui::Agui, Format};
+use crate::record::sse::SseEvent;
+use async_trait::async_trait;
+use bytes::Bytes;
+
+struct Collect(Vec<u8>);
+
+#[async_trait]
+impl Sink for Collect {
+    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
+        self.0.extend_from_slice(&data);
+        Ok(())
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+fn push(run: &Run, n: u64) {
+    let data = format!(r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"{n}"}}"#);
+    let ev = Agui.classify(&SseEvent {
+        event: None,
+        data: Bytes::from(data.clone()),
+        id: None,
+    });
+    let frame = Frame {
+        bytes: Bytes::from(format!("data: {data}\n\n")),
+        id: None,
+        cursor: Some(n as i64),
+        named: false,
+    };
+    run.append_raw(&[ev], vec![frame]);
+}
+
+fn opts(inject: bool) -> Options {
+    Options {
+        heartbeat: Duration::from_secs(60),
+        inject_ids: inject,
+    }
+}
+
+#[tokio::test]
+async fn a_reader_gets_the_frames_from_its_index_then_closes_when_the_run_ends() {
+    let run = Arc::new(Run::with_raw("r", 16, Some(1 << 20)));
+    (0..3).for_each(|n| push(&run, n));
+    run.finish(true, None);
+    let mut sink = Collect(Vec::new());
+    let out = serve(
+        &mut sink,
+        &run,
+        Plan::From(1),
+        &opts(false),
+        &CancellationToken::new(),
+    )
+    .await;
+    assert_eq!(out, Outcome::Ended);
+    let text = String::from_utf8(sink.0).unwrap();
+    assert!(text.starts_with(
+        "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"1\"}\n\n"
+    ));
+    assert_eq!(text.matches("data: ").count(), 2);
+}
+
+#[tokio::test]
+async fn injected_ids_name_each_frame_by_run_and_index() {
+    let run = Arc::new(Run::with_raw("r", 16, Some(1 << 20)));
+    (0..2).for_each(|n| push(&run, n));
+    run.finish(true, None);
+    let mut sink = Collect(Vec::new());
+    serve(
+        &mut sink,
+        &run,
+        Plan::From(0),
+        &opts(true),
+        &CancellationToken::new(),
+    )
+    .await;
+    let text = String::from_utf8(sink.0).unwrap();
+    assert!(text.contains("\"delta\":\"0\"}\nid: r:0\n\n"), "{text}");
+    assert!(text.ends_with("\"delta\":\"1\"}\nid: r:1\n\n"), "{text}");
+}
+
+#[tokio::test]
+async fn a_from_start_reader_gets_the_compacted_history_then_the_live_tail() {
+    let run = Arc::new(Run::with_raw("r", 16, Some(1 << 20)));
+    (0..3).for_each(|n| push(&run, n));
+    let reader = {
+        let run = run.clone();
+        tokio::spawn(async move {
+            let mut sink = Collect(Vec::new());
+            serve(
+                &mut sink,
+                &run,
+                Plan::Render,
+                &opts(false),
+                &CancellationToken::new(),
+            )
+            .await;
+            String::from_utf8(sink.0).unwrap()
+        })
+    };
+    // Wait until the reader is attached, then add the tail and end the run.
+    while run.observers() == 0 {
+        tokio::task::yield_now().await;
+    }
+    push(&run, 3);
+    run.finish(true, None);
+    let text = reader.await.unwrap();
+    let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+    assert_eq!(
+        frames[0],
+        r#"data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"012"}"#
+    );
+    assert_eq!(frames.len(), 2, "{text}");
+    assert!(frames[1].contains("\"delta\":\"3\""));
+}
+
+#[tokio::test]
+async fn an_empty_plan_ends_at_once() {
+    let run = Arc::new(Run::with_raw("r", 16, Some(1 << 20)));
+    let mut sink = Collect(Vec::new());
+    let out = serve(
+        &mut sink,
+        &run,
+        Plan::Empty,
+        &opts(false),
+        &CancellationToken::new(),
+    )
+    .await;
+    assert_eq!((out, sink.0.len()), (Outcome::Ended, 0));
+}

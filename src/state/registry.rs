@@ -1,0 +1,450 @@
+//! The registry: chats → runs, lookups, pending registrations, supersession, single flight,
+//! retention and eviction, and the totals the limits are checked against.
+//!
+//! Chats are keyed by *scope* (the chat id, prefixed by the owner's hash when auth is on; see
+//! `auth`), and each entry also keeps its owner. Every run is bound to the owner who recorded
+//! it ([`Run::bind_owner`]); every lookup goes through one check (`Registry::visible`) of both
+//! owners in constant time, so a run (a mirror of another replica's run included) answers only
+//! the owner who recorded it, and is never adopted into, or found in, another owner's chat. A
+//! chat's *current* run is its latest run that went live; runs it superseded stay reachable by
+//! cursor while their producer runs and for the retention period after. Active runs and chats with
+//! a pending registration are never evicted. Cleanup is lazy (on registrations and lookups, at
+//! most once a second) plus a periodic [`Registry::sweep`].
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::state::auth::{Auth, Owner};
+use crate::state::run::Run;
+
+/// Superseded runs kept per chat for cursor reads (the oldest goes first).
+const MAX_OLDER: usize = 4;
+/// `cancel_request_id`s remembered per chat for idempotent stops.
+const MAX_CANCELS: usize = 16;
+
+#[derive(Debug)]
+struct Chat {
+    owner: Owner,
+    current: Option<Arc<Run>>,
+    older: Vec<Arc<Run>>,
+    /// Run ids of record requests forwarded whose upstream has not answered yet.
+    pending: Vec<String>,
+    /// An `on_miss = record` attach is fetching the backend's live stream.
+    attach_recording: bool,
+    /// `cancel_request_id` → the run it stopped.
+    cancels: VecDeque<(String, String)>,
+}
+
+impl Chat {
+    fn new(owner: Owner) -> Self {
+        Chat {
+            owner,
+            current: None,
+            older: Vec::new(),
+            pending: Vec::new(),
+            attach_recording: false,
+            cancels: VecDeque::new(),
+        }
+    }
+
+    fn runs(&self) -> impl Iterator<Item = &Arc<Run>> {
+        self.current.iter().chain(self.older.iter())
+    }
+
+    fn is_busy(&self) -> bool {
+        !self.pending.is_empty() || self.attach_recording || self.runs().any(|r| r.is_producing())
+    }
+
+    /// When the chat's latest run completed (for eviction order).
+    fn completed_at(&self) -> Option<Instant> {
+        self.current.as_ref().and_then(|r| r.finished_at())
+    }
+}
+
+/// What a sweep removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Swept {
+    /// Runs dropped because their retention passed.
+    pub expired: usize,
+    /// Runs dropped to stay within `max_chats`, `max_runs` or `max_recorded_bytes`.
+    pub capacity: usize,
+}
+
+/// Which registrations a record request may make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Always (a new run supersedes the chat's active one when it goes live).
+    Always,
+    /// Only while the chat has no active or pending run (`single_flight` routes).
+    SingleFlight,
+    /// Only for the first attach of a chat with no run (`on_miss = "record"`); the others wait
+    /// for that run.
+    AttachRecord,
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Busy {
+    /// The chat has this run active or pending (`SingleFlight`).
+    Running(String),
+    /// Another attach is already fetching the chat's live stream, or it has a run
+    /// (`AttachRecord`).
+    Fetching,
+}
+
+/// Chats and their runs.
+#[derive(Debug)]
+pub struct Registry {
+    chats: DashMap<String, Chat>,
+    /// Runs by id: tether's run id and each alias, scoped by owner ([`Auth::scope`]) → the
+    /// chat's scope and the run.
+    ids: DashMap<String, (String, Arc<Run>)>,
+    live: watch::Sender<u64>,
+    retention: Duration,
+    max_chats: usize,
+    epoch: Instant,
+    last_sweep_ms: AtomicU64,
+    runs: AtomicUsize,
+    bytes: AtomicI64,
+    /// Told about every eviction (the sidecar counts them in its metrics).
+    on_evict: EvictHook,
+}
+
+/// What the registry tells about evictions.
+#[derive(Default)]
+struct EvictHook(std::sync::OnceLock<Box<dyn Fn(Swept) + Send + Sync>>);
+
+impl std::fmt::Debug for EvictHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() {
+            "EvictHook(set)"
+        } else {
+            "EvictHook"
+        })
+    }
+}
+
+/// A record request in flight for a chat; dropping it ends the pending registration.
+#[derive(Debug)]
+pub struct Pending {
+    registry: Arc<Registry>,
+    scope: String,
+    owner: Owner,
+    run_id: String,
+    attach: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut chat) = self.registry.chats.get_mut(&self.scope) {
+            if self.attach {
+                chat.attach_recording = false;
+            }
+            chat.pending.retain(|id| id != &self.run_id);
+        }
+        self.registry.notify();
+    }
+}
+
+impl Pending {
+    /// The scope (registry key) of the chat.
+    pub fn scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// Who registered the run.
+    pub fn owner(&self) -> Owner {
+        self.owner
+    }
+}
+
+impl Registry {
+    /// An empty registry keeping completed runs for `retention`, and at most `max_chats` chats
+    /// whose runs have all completed.
+    pub fn new(retention: Duration, max_chats: usize) -> Arc<Self> {
+        Arc::new(Registry {
+            chats: DashMap::new(),
+            ids: DashMap::new(),
+            live: watch::channel(0).0,
+            retention,
+            max_chats,
+            epoch: Instant::now(),
+            last_sweep_ms: AtomicU64::new(0),
+            runs: AtomicUsize::new(0),
+            bytes: AtomicI64::new(0),
+            on_evict: EvictHook::default(),
+        })
+    }
+
+    fn pending(self: &Arc<Self>, scope: &str, run_id: &str, attach: bool) -> Pending {
+        let owner = self.chats.get(scope).map(|c| c.owner).unwrap_or_default();
+        Pending {
+            registry: self.clone(),
+            scope: scope.to_string(),
+            owner,
+            run_id: run_id.to_string(),
+            attach,
+        }
+    }
+
+    /// Registers a record request for run `run_id` of the chat before it is forwarded, as
+    /// `admit` allows. A chat owned by someone else is never touched: the scope already
+    /// separates owners.
+    pub fn register(
+        self: &Arc<Self>,
+        scope: &str,
+        owner: Owner,
+        run_id: &str,
+        admit: Admission,
+    ) -> Result<Pending, Busy> {
+        self.maybe_sweep();
+        let mut chat = self
+            .chats
+            .entry(scope.to_string())
+            .or_insert_with(|| Chat::new(owner));
+        match admit {
+            Admission::Always => {}
+            Admission::SingleFlight => {
+                if let Some(id) = chat.pending.first() {
+                    return Err(Busy::Running(id.clone()));
+                }
+                if let Some(r) = chat
+                    .current
+                    .as_ref()
+                    .filter(|r| r.is_producing() && r.end().is_none())
+                {
+                    return Err(Busy::Running(r.id().to_string()));
+                }
+            }
+            Admission::AttachRecord => {
+                if chat.attach_recording || chat.current.is_some() {
+                    return Err(Busy::Fetching);
+                }
+                chat.attach_recording = true;
+            }
+        }
+        chat.pending.push(run_id.to_string());
+        drop(chat);
+        Ok(self.pending(scope, run_id, admit == Admission::AttachRecord))
+    }
+
+    /// Makes `run` the chat's current run. A still-active previous run is superseded (its
+    /// observers are ended; its producer keeps going). Returns the superseded run.
+    pub fn go_live(&self, pending: &Pending, run: Arc<Run>) -> Option<Arc<Run>> {
+        if !run.bind_owner(pending.owner) {
+            // A run recorded for someone else never joins this owner's chat.
+            return None;
+        }
+        let superseded = {
+            // A chat with a pending registration is never evicted (`is_busy`), so it is here;
+            // were it not, it comes back with the owner that registered.
+            let mut chat = self
+                .chats
+                .entry(pending.scope.clone())
+                .or_insert_with(|| Chat::new(pending.owner));
+            let previous = chat.current.replace(run.clone());
+            let mut superseded = None;
+            if let Some(prev) = previous {
+                if prev.supersede(run.id()) {
+                    superseded = Some(prev.clone());
+                }
+                chat.older.push(prev);
+                if chat.older.len() > MAX_OLDER {
+                    // Never drop an active producer's run; drop the oldest completed one.
+                    if let Some(i) = chat.older.iter().position(|r| !r.is_producing()) {
+                        let gone = chat.older.remove(i);
+                        self.forget(&gone);
+                    }
+                }
+            }
+            superseded
+        };
+        self.index(&pending.owner, run.id(), &pending.scope, &run);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.notify();
+        superseded
+    }
+
+    /// Adds `run`, a mirror of another replica's run of the chat at `scope`, as the chat's
+    /// current run (a previous run produced here and still live is superseded, as by
+    /// [`Self::go_live`]) or as one of its older runs. A run recorded for another owner is
+    /// never adopted (it supersedes nothing and is found by no one here).
+    pub fn adopt(&self, scope: &str, owner: Owner, run: Arc<Run>, current: bool) {
+        if !run.bind_owner(owner) {
+            return;
+        }
+        {
+            let mut chat = self
+                .chats
+                .entry(scope.to_string())
+                .or_insert_with(|| Chat::new(owner));
+            if !chat.owner.is(&owner) || chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
+                return;
+            }
+            if current {
+                if let Some(prev) = chat.current.replace(run.clone()) {
+                    if !prev.is_mirror() {
+                        prev.supersede(run.id());
+                    }
+                    chat.older.push(prev);
+                }
+            } else {
+                chat.older.push(run.clone());
+            }
+            if chat.older.len() > MAX_OLDER {
+                if let Some(i) = chat.older.iter().position(|r| !r.is_producing()) {
+                    let gone = chat.older.remove(i);
+                    self.forget(&gone);
+                }
+            }
+        }
+        self.index(&owner, run.id(), scope, &run);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.notify();
+    }
+
+    /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
+    /// alias (the backend's id for the run). A later run with the same alias takes it over.
+    /// Nothing happens unless `owner` recorded the run.
+    pub fn index(&self, owner: &Owner, id: &str, scope: &str, run: &Arc<Run>) {
+        if !run.is_owned_by(owner) {
+            return;
+        }
+        let key = Auth::scope(owner, id);
+        run.add_index_key(&key);
+        self.ids.insert(key, (scope.to_string(), run.clone()));
+    }
+
+    /// A run by tether's run id or an alias, with its chat's scope, if `owner` recorded it.
+    pub fn by_id(&self, owner: &Owner, id: &str) -> Option<(String, Arc<Run>)> {
+        self.maybe_sweep();
+        let entry = self.ids.get(&Auth::scope(owner, id))?;
+        let found = entry.value().clone();
+        drop(entry);
+        // A run the registry let go of is no longer reachable.
+        self.chats.get(&found.0).filter(|c| {
+            c.runs()
+                .any(|r| Arc::ptr_eq(r, &found.1) && Self::visible(c, r, owner))
+        })?;
+        Some(found)
+    }
+
+    /// The one ownership check of every lookup: `run` of `chat` is `owner`'s when both the chat
+    /// and the run itself were recorded for `owner` (constant time in the owners' hashes).
+    fn visible(chat: &Chat, run: &Run, owner: &Owner) -> bool {
+        chat.owner.is(owner) & run.is_owned_by(owner)
+    }
+
+    /// The chat's current run, if `owner` recorded it.
+    pub fn current(&self, scope: &str, owner: &Owner) -> Option<Arc<Run>> {
+        self.maybe_sweep();
+        let chat = self.chats.get(scope)?;
+        chat.current
+            .clone()
+            .filter(|r| Self::visible(&chat, r, owner))
+    }
+
+    /// A run of the chat by id (the current one or one it superseded), if `owner` recorded it.
+    pub fn find(&self, scope: &str, owner: &Owner, run_id: &str) -> Option<Arc<Run>> {
+        let chat = self.chats.get(scope)?;
+        let found = chat
+            .runs()
+            .find(|r| r.id() == run_id && Self::visible(&chat, r, owner))
+            .cloned();
+        found
+    }
+
+    /// Remembers that `cancel_id` stopped `run_id`, for idempotent retries.
+    pub fn remember_cancel(&self, scope: &str, cancel_id: &str, run_id: &str) {
+        if let Some(mut chat) = self.chats.get_mut(scope) {
+            if chat.cancels.iter().all(|(c, _)| c != cancel_id) {
+                chat.cancels
+                    .push_back((cancel_id.to_string(), run_id.to_string()));
+                if chat.cancels.len() > MAX_CANCELS {
+                    chat.cancels.pop_front();
+                }
+            }
+        }
+    }
+
+    /// The run an earlier stop with `cancel_id` named.
+    pub fn cancelled_run(&self, scope: &str, owner: &Owner, cancel_id: &str) -> Option<String> {
+        let chat = self.chats.get(scope).filter(|c| c.owner.is(owner))?;
+        let found = chat
+            .cancels
+            .iter()
+            .find(|(c, _)| c == cancel_id)
+            .map(|(_, r)| r.clone());
+        found
+    }
+
+    /// Wakes every subscriber (a producer calls this when its run ended).
+    pub fn notify(&self) {
+        self.live.send_modify(|v| *v += 1);
+    }
+
+    /// A receiver woken whenever a run goes live or ends, or a pending registration ends.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.live.subscribe()
+    }
+
+    /// How many receivers of [`Self::subscribe`] exist (waiting attaches, draining).
+    pub fn subscribers(&self) -> usize {
+        self.live.receiver_count()
+    }
+
+    /// Accounts `delta` bytes recorded (or released by a sliding window).
+    pub fn add_bytes(&self, delta: isize) {
+        self.bytes.fetch_add(delta as i64, Ordering::Relaxed);
+    }
+
+    /// Bytes held by the windows and histories of every run in the registry.
+    pub fn recorded_bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed).max(0) as usize
+    }
+
+    /// Runs held (active and completed).
+    pub fn run_count(&self) -> usize {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// Every run still reading its upstream.
+    pub fn producing(&self) -> Vec<Arc<Run>> {
+        let mut out = Vec::new();
+        for chat in self.chats.iter() {
+            out.extend(chat.runs().filter(|r| r.is_producing()).cloned());
+        }
+        out
+    }
+
+    /// Every run still producing that has had no observer for at least `after`.
+    pub fn abandoned(&self, after: Duration) -> Vec<Arc<Run>> {
+        let mut runs = self.producing();
+        runs.retain(|r| r.end().is_none() && r.unobserved_for().is_some_and(|d| d >= after));
+        runs
+    }
+
+    /// Number of chats held.
+    pub fn chats(&self) -> usize {
+        self.chats.len()
+    }
+
+    fn forget(&self, run: &Run) {
+        for key in run.index_keys() {
+            self.ids
+                .remove_if(&key, |_, (_, r)| std::ptr::eq(Arc::as_ptr(r), run));
+        }
+        self.runs.fetch_sub(1, Ordering::Relaxed);
+        self.bytes.fetch_sub(run.bytes() as i64, Ordering::Relaxed);
+    }
+}
+
+mod retention;
+#[cfg(test)]
+mod tests;

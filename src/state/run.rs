@@ -1,0 +1,375 @@
+//! One run's local handle: its journal, the stop request, the producer's lifecycle, the
+//! observers attached here and how long it has gone unobserved, and the per-seq snapshot cache.
+//!
+//! The log itself (seqs, window, history, terminal state) is the run's [`Journal`]; this handle
+//! adds what only the process that serves the run knows. [`Run::snapshot`] serializes a snapshot
+//! outside the journal's lock and caches it per seq, so a reconnect storm serializes it once.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+use tokio::time::Instant;
+
+use crate::dialect::{protocol1::Protocol1, Dialect};
+use crate::journal::memory::MemoryJournal;
+use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
+use crate::record::format::Event;
+use crate::state::auth::Owner;
+use crate::vocab::end::{End, EndReason};
+
+/// A fresh transport run id: 128 random bits as 22 URL-safe base64 characters. It appears twice
+/// in every frame, so it is kept short.
+pub fn mint_run_id() -> String {
+    URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+}
+
+/// One recorded run.
+#[derive(Debug)]
+pub struct Run {
+    id: String,
+    journal: Box<dyn Journal>,
+    cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
+    observers: AtomicUsize,
+    peak_observers: AtomicUsize,
+    /// When the last observer left (`started` until one attaches).
+    unobserved_since: Mutex<Instant>,
+    started: Instant,
+    producing: AtomicBool,
+    finished_at: Mutex<Option<Instant>>,
+    stop: Notify,
+    stop_reason: Mutex<Option<EndReason>>,
+    /// The registry's id-index keys of this run (its id and aliases), removed with it.
+    index_keys: Mutex<Vec<String>>,
+    /// The run's first alias, when the backend named it.
+    alias: Mutex<Option<String>>,
+    /// The upstream's response header, replayed to verbatim readers.
+    header: Mutex<Option<Arc<pingora_http::ResponseHeader>>>,
+    /// The resume-token headers its record route hands out.
+    tokens: Mutex<Option<crate::config::Tokens>>,
+    /// A local copy of a run another replica produces (shared journal).
+    mirror: AtomicBool,
+    /// Its go-live reached the shared journal.
+    journaled: AtomicBool,
+    /// Who recorded the run: bound once (see [`Run::bind_owner`]), never changed.
+    owner: OnceLock<Owner>,
+}
+
+impl Run {
+    /// A new, live run with an in-memory journal keeping the last `window` events as frames.
+    pub fn new(id: impl Into<String>, window: usize) -> Self {
+        let id = id.into();
+        let journal = Box::new(MemoryJournal::new(&id, window));
+        Run::with_journal(id, journal)
+    }
+
+    /// A new, live run over `journal`.
+    pub fn with_journal(id: String, journal: Box<dyn Journal>) -> Self {
+        let now = Instant::now();
+        Run {
+            id,
+            journal,
+            cache: tokio::sync::Mutex::new(None),
+            observers: AtomicUsize::new(0),
+            peak_observers: AtomicUsize::new(0),
+            unobserved_since: Mutex::new(now),
+            started: now,
+            producing: AtomicBool::new(true),
+            finished_at: Mutex::new(None),
+            stop: Notify::new(),
+            stop_reason: Mutex::new(None),
+            index_keys: Mutex::new(Vec::new()),
+            alias: Mutex::new(None),
+            header: Mutex::new(None),
+            tokens: Mutex::new(None),
+            mirror: AtomicBool::new(false),
+            journaled: AtomicBool::new(false),
+            owner: OnceLock::new(),
+        }
+    }
+
+    /// Binds the run to the owner who recorded it, unless it is bound already (the first
+    /// binding wins: a run produced here is bound as it goes live, a mirror of another
+    /// replica's run when it is built from the journal, for the owner whose keys found it).
+    /// Returns whether the run is `owner`'s.
+    pub fn bind_owner(&self, owner: Owner) -> bool {
+        self.owner.get_or_init(|| owner).is(&owner)
+    }
+
+    /// Whether the run was recorded for `owner` (false while it is bound to no one).
+    pub fn is_owned_by(&self, owner: &Owner) -> bool {
+        self.owner.get().is_some_and(|o| o.is(owner))
+    }
+
+    /// Marks the run as a mirror of a run another replica produces.
+    pub fn set_mirror(&self) {
+        self.mirror.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run is a mirror of a run another replica produces.
+    pub fn is_mirror(&self) -> bool {
+        self.mirror.load(Ordering::Relaxed)
+    }
+
+    /// Marks the run as written to the shared journal.
+    pub fn set_journaled(&self) {
+        self.journaled.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the run's go-live reached the shared journal.
+    pub fn is_journaled(&self) -> bool {
+        self.journaled.load(Ordering::Relaxed)
+    }
+
+    /// Sets the resume-token headers of the run's responses.
+    pub fn set_tokens(&self, tokens: crate::config::Tokens) {
+        *self.tokens.lock() = Some(tokens);
+    }
+
+    /// The resume-token headers of the run's responses, if its route hands them out.
+    pub fn tokens(&self) -> Option<crate::config::Tokens> {
+        self.tokens.lock().clone()
+    }
+
+    /// A new, live run whose journal also keeps a raw record of `raw_cap` bytes when given.
+    pub fn with_raw(id: impl Into<String>, window: usize, raw_cap: Option<usize>) -> Self {
+        let id = id.into();
+        let journal = Box::new(MemoryJournal::with_raw(&id, window, raw_cap));
+        Run::with_journal(id, journal)
+    }
+
+    /// Remembers a registry id-index key of this run.
+    pub fn add_index_key(&self, key: &str) {
+        self.index_keys.lock().push(key.to_string());
+    }
+
+    /// The registry id-index keys of this run.
+    pub fn index_keys(&self) -> Vec<String> {
+        self.index_keys.lock().clone()
+    }
+
+    /// Records the backend's name for the run (the first one wins).
+    pub fn set_alias(&self, alias: &str) {
+        self.alias.lock().get_or_insert_with(|| alias.to_string());
+    }
+
+    /// The backend's name for the run, if it has one.
+    pub fn alias(&self) -> Option<String> {
+        self.alias.lock().clone()
+    }
+
+    /// Keeps the upstream's response header for verbatim readers.
+    pub fn set_header(&self, header: pingora_http::ResponseHeader) {
+        *self.header.lock() = Some(Arc::new(header));
+    }
+
+    /// The upstream's response header, once the run went live.
+    pub fn header(&self) -> Option<Arc<pingora_http::ResponseHeader>> {
+        self.header.lock().clone()
+    }
+
+    /// The transport run id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The run's log.
+    pub fn journal(&self) -> &dyn Journal {
+        &*self.journal
+    }
+
+    /// When the run was created.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// When the producer finished, if it has.
+    pub fn finished_at(&self) -> Option<Instant> {
+        *self.finished_at.lock()
+    }
+
+    /// Asks the producer to stop reading the upstream (`reason` becomes the end's reason).
+    /// The first request wins.
+    pub fn request_stop(&self, reason: EndReason) {
+        self.stop_reason.lock().get_or_insert(reason);
+        self.stop.notify_one();
+    }
+
+    /// Resolves once a stop has been requested; returns its reason.
+    pub async fn stop_requested(&self) -> EndReason {
+        loop {
+            if let Some(r) = *self.stop_reason.lock() {
+                return r;
+            }
+            self.stop.notified().await;
+        }
+    }
+
+    /// The last seq recorded.
+    pub fn head(&self) -> u64 {
+        self.journal.head()
+    }
+
+    /// The terminal state observers see, once set.
+    pub fn end(&self) -> Option<End> {
+        self.journal.ended()
+    }
+
+    /// Whether the producer is still reading the upstream.
+    pub fn is_producing(&self) -> bool {
+        self.producing.load(Ordering::Acquire)
+    }
+
+    /// Bytes held by the window and the history.
+    pub fn bytes(&self) -> usize {
+        self.journal.held_bytes()
+    }
+
+    /// A receiver woken after every batch of events and at the end.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.journal.subscribe()
+    }
+
+    /// Records a batch of events; see [`Journal::append`].
+    pub fn append(&self, events: &[Event]) -> Appended {
+        self.journal.append(events)
+    }
+
+    /// Records a batch of events with their raw frames; see [`Journal::append_raw`].
+    pub fn append_raw(&self, events: &[Event], raw: Vec<crate::journal::raw::Frame>) -> Appended {
+        self.journal.append_raw(events, raw)
+    }
+
+    /// Raw frames from `from` on; see [`Journal::read_raw`].
+    pub fn read_raw(&self, from: u64, max: usize) -> Option<crate::journal::RawRead> {
+        self.journal.read_raw(from, max)
+    }
+
+    /// Where a cursor lands in the raw record; see [`Journal::seek`].
+    pub fn seek(&self, by: crate::journal::SeekBy<'_>) -> Option<crate::journal::raw::Seek> {
+        self.journal.seek(by)
+    }
+
+    /// The frames after `after`; see [`Journal::read_after`].
+    pub fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
+        self.journal.read_after(after, max)
+    }
+
+    /// Captures a snapshot, copying no text; see [`Journal::capture`].
+    pub fn capture(&self) -> SnapshotCapture {
+        self.journal.capture()
+    }
+
+    /// Counts an observer in; the guard counts it out when dropped.
+    pub fn observe(self: &Arc<Self>) -> ObserverGuard {
+        let now = self.observers.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak_observers.fetch_max(now, Ordering::Relaxed);
+        ObserverGuard(self.clone())
+    }
+
+    /// The most observers attached at once.
+    pub fn peak_observers(&self) -> usize {
+        self.peak_observers.load(Ordering::Relaxed)
+    }
+
+    /// Number of observers attached now.
+    pub fn observers(&self) -> usize {
+        self.observers.load(Ordering::Relaxed)
+    }
+
+    /// How long the run has had no observer, or `None` while one is attached.
+    pub fn unobserved_for(&self) -> Option<Duration> {
+        if self.observers() > 0 {
+            return None;
+        }
+        Some(self.unobserved_since.lock().elapsed())
+    }
+
+    /// Ends the run for its observers (if not already ended), marks the producer done, and
+    /// wakes observers.
+    pub fn finish(&self, persisted: bool, reason: Option<EndReason>) -> End {
+        let end = self.settle(persisted, reason);
+        self.done();
+        end
+    }
+
+    /// The first half of [`Self::finish`]: sets the end (the first end wins) without marking the
+    /// producer done. The producer then accounts for the run and calls [`Self::done`], so
+    /// whoever sees the producer done (a drain, a test) also sees the run counted.
+    pub fn settle(&self, persisted: bool, reason: Option<EndReason>) -> End {
+        self.journal.end(End::finished(persisted, reason)).0
+    }
+
+    /// The second half of [`Self::finish`]: marks the producer done and wakes observers.
+    pub fn done(&self) {
+        self.finished_at.lock().get_or_insert_with(Instant::now);
+        self.producing.store(false, Ordering::Release);
+        self.journal.wake();
+    }
+
+    /// Ends the run for its observers because `next` replaced it; the producer keeps going.
+    /// Returns false when the run had already ended.
+    pub fn supersede(&self, next: &str) -> bool {
+        self.journal.end(End::superseded(next)).1
+    }
+
+    /// The serialized `STREAM_SNAPSHOT` frame of the run now. Serialized outside the journal's
+    /// lock, and at most once per seq: concurrent callers wait for one serialization.
+    pub async fn snapshot(&self) -> Snapshot {
+        let mut cache = self.cache.lock().await;
+        let (head, end) = (self.journal.head(), self.journal.ended());
+        if let Some((seq, frame)) = cache.as_ref() {
+            if *seq == head {
+                return Snapshot {
+                    seq: head,
+                    frame: frame.clone(),
+                    end,
+                    serialized: false,
+                };
+            }
+        }
+        let cap = self.capture();
+        let frame = Protocol1.snapshot(&self.id, cap.seq, &cap.history);
+        *cache = Some((cap.seq, frame.clone()));
+        Snapshot {
+            seq: cap.seq,
+            frame,
+            end: cap.end,
+            serialized: true,
+        }
+    }
+}
+
+/// A serialized snapshot of a run.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The last seq it covers.
+    pub seq: u64,
+    /// The `STREAM_SNAPSHOT` frame.
+    pub frame: Bytes,
+    /// The terminal state at capture time.
+    pub end: Option<End>,
+    /// Whether this call serialized it (false: served from the per-seq cache).
+    pub serialized: bool,
+}
+
+/// Counts one observer of a run while alive.
+#[derive(Debug)]
+pub struct ObserverGuard(Arc<Run>);
+
+impl Drop for ObserverGuard {
+    fn drop(&mut self) {
+        let run = &self.0;
+        if run.observers.fetch_sub(1, Ordering::Relaxed) == 1 {
+            *run.unobserved_since.lock() = Instant::now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
