@@ -1,7 +1,7 @@
 //! Ingest: the pure recording rules. Upstream bytes in; classified events out, one batch per
 //! upstream read; and at the end, the verdict: whether the answer was persisted, and why not.
 //!
-//! The producer (`upstream/producer.rs`) only reads the socket, feeds [`Ingest`], appends each
+//! The producer (`producer.rs`) only reads the socket, feeds [`Ingest`], appends each
 //! batch to the run's journal and counts metrics. Everything that decides what a run's end means
 //! lives here, unit-tested with byte slices.
 

@@ -32,7 +32,7 @@ pub const SCENARIO: u32 = 9;
 /// Completed runs are kept this long (tether's `--retention`).
 const RETENTION: Duration = Duration::from_secs(5);
 /// tether closes pooled backend connections after this much idleness (`POOL_IDLE` in
-/// `src/upstream.rs`); descriptors can only come back after it.
+/// `src/backend.rs`); descriptors can only come back after it.
 const POOL_IDLE: Duration = Duration::from_secs(60);
 /// The longest run: 240 events at 20 events/s.
 const LONGEST_RUN: Duration = Duration::from_secs(12);
