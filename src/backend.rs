@@ -132,13 +132,15 @@ impl Upstream {
         body: &Bytes,
         run_id: Option<&str>,
     ) -> Result<Exchange, UpstreamError> {
-        let refused = |e: String| UpstreamError {
-            kind: UpstreamErrorKind::Protocol,
-            message: format!("cannot build the upstream request: {e}"),
+        let refused = |e: String| {
+            UpstreamError::new(
+                UpstreamErrorKind::Protocol,
+                format!("cannot build the upstream request: {e}"),
+            )
         };
         let header = outgoing(req, body.len(), run_id).map_err(|e| refused(e.to_string()))?;
         let head = wire::request_head(&header).map_err(|e| refused(e.to_string()))?;
-        let limits = exchange::Limits {
+        let limits = exchange::StartTimeouts {
             write: self.opts.write_timeout.0,
             head: self.opts.idle_timeout.0,
         };
@@ -158,28 +160,30 @@ impl Upstream {
     }
 
     fn unreachable(&self, r: Refused<Box<pingora_core::Error>>) -> UpstreamError {
-        let message = match r {
-            Refused::Queue(d) => format!(
-                "no connect slot for {} freed within {d:?} (connect_queue_timeout)",
-                self.peer.address()
+        let addr = self.peer.address();
+        let (message, cause) = match r {
+            Refused::Queue(d) => (
+                format!("no connect slot for {addr} freed within {d:?} (connect_queue_timeout)"),
+                None,
             ),
             Refused::Failed {
                 error,
                 waited: None,
-            } => {
-                format!("cannot connect to {}: {error}", self.peer.address())
-            }
+            } => (format!("cannot connect to {addr}: {error}"), Some(error)),
             Refused::Failed {
                 error,
                 waited: Some(w),
-            } => format!(
-                "cannot connect to {} after waiting {w:?} for a file descriptor: {error}",
-                self.peer.address()
+            } => (
+                format!(
+                    "cannot connect to {addr} after waiting {w:?} for a file descriptor: {error}"
+                ),
+                Some(error),
             ),
         };
-        UpstreamError {
-            kind: UpstreamErrorKind::Connect,
-            message,
+        let e = UpstreamError::new(UpstreamErrorKind::Connect, message);
+        match cause {
+            Some(c) => e.caused_by(*c),
+            None => e,
         }
     }
 

@@ -188,6 +188,9 @@ impl UpstreamErrorKind {
     }
 }
 
+/// The error underneath another, shared so the error that carries it stays `Clone`.
+pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+
 /// Why the backend could not be used.
 #[derive(Debug, Clone, Error)]
 #[error("{message}")]
@@ -196,4 +199,24 @@ pub struct UpstreamError {
     pub kind: UpstreamErrorKind,
     /// What happened.
     pub message: String,
+    /// The error underneath (the socket's I/O error, Pingora's connect error), when there is one.
+    #[source]
+    pub cause: Option<Cause>,
+}
+
+impl UpstreamError {
+    /// An error of `kind` with no cause underneath.
+    pub fn new(kind: UpstreamErrorKind, message: impl Into<String>) -> Self {
+        UpstreamError {
+            kind,
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// The same error, keeping `cause` as its source.
+    pub fn caused_by(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(std::sync::Arc::new(cause));
+        self
+    }
 }

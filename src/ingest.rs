@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::budget::{Budget, Charge};
 use crate::config::Commit;
 use crate::journal::raw::Frame;
-use crate::metrics::Outcome;
+use crate::metrics::RunOutcome;
 use crate::record::format::{detect_from_event, Event, Format, FormatKind};
 use crate::record::sse::{Decoded, Decoder};
 use crate::vocab::end::{End, EndReason};
@@ -260,17 +260,17 @@ impl Ingest {
 }
 
 /// The outcome label of a run that ended with `end` after `ending`.
-pub fn outcome(end: &End, ending: Ending) -> Outcome {
+pub fn outcome(end: &End, ending: Ending) -> RunOutcome {
     if end.superseded {
-        Outcome::Superseded
+        RunOutcome::Superseded
     } else if end.reason == Some(EndReason::OwnerLost) {
-        Outcome::OwnerLost
+        RunOutcome::OwnerLost
     } else if ending == Ending::Stopped(EndReason::Cancelled) {
-        Outcome::Cancelled
+        RunOutcome::Cancelled
     } else if end.persisted {
-        Outcome::Persisted
+        RunOutcome::Persisted
     } else {
-        Outcome::NotPersisted
+        RunOutcome::NotPersisted
     }
 }
 

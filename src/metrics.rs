@@ -28,7 +28,7 @@ impl Label for UpstreamErrorKind {
 
 label_enum! {
     /// `tether_runs_finished_total{outcome}`: how a run ended.
-    pub enum Outcome {
+    pub enum RunOutcome {
         /// The backend's answer was saved.
         Persisted => "persisted",
         /// It was not (reset, timeout, no terminal event, …).
@@ -177,7 +177,7 @@ pub struct Metrics {
     /// `tether_runs_started_total{route,format}`: counted once the run's format is known.
     pub runs_started: IntCounterVec,
     /// `tether_runs_finished_total{outcome}`.
-    pub runs_finished: Counters<Outcome>,
+    pub runs_finished: Counters<RunOutcome>,
     /// `tether_observers_active`.
     pub observers_active: IntGauge,
     /// `tether_attach_total{dialect,result}`.
@@ -288,7 +288,7 @@ impl Metrics {
                 "Runs recorded, by route and stream format",
                 &["route", "format"],
             ),
-            runs_finished: counters::<Outcome>(
+            runs_finished: counters::<RunOutcome>(
                 &r,
                 "tether_runs_finished_total",
                 "Runs ended, by outcome",

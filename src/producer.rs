@@ -26,14 +26,14 @@ use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{detect_from_headers, Event, FormatChoice, FormatKind};
-use crate::replica::{header_text, spawn_writer, Cluster, Meta, Recorder};
+use crate::replica::{header_text, spawn_writer, Meta, Recorder, Replica};
 use crate::stall::{Stall, Stalled};
 use crate::state::auth::Owner;
 use crate::state::registry::{Pending, Registry};
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
-pub use tee::TeeReader;
 use tee::{tee, Cut, Tee};
+pub use tee::{StreamCut, TeeReader};
 
 /// The upstream's answer, reported once by the producer.
 pub enum Head {
@@ -104,7 +104,7 @@ pub struct Job {
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
     /// The shared journal the run is also written to, when one is configured.
-    pub journal: Option<Arc<Cluster>>,
+    pub journal: Option<Arc<Replica>>,
 }
 
 /// Starts the producer as its own task, detached from the requester: whatever the requester
@@ -262,7 +262,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         ingest = ingest.keep_raw(r.cursor_field.clone());
     }
     // The idle limit is a per-stream tokio timer (see `stall`).
-    let limits = Limits {
+    let limits = ReadLimits {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
     };
@@ -309,7 +309,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
 /// and the legacy tee if it is still attached.
 /// When a live run's upstream read loop gives up: the run's deadline (`max_run_duration`) and
 /// how long the upstream may stay silent.
-struct Limits {
+struct ReadLimits {
     deadline: Option<tokio::time::Instant>,
     idle: Duration,
 }
@@ -317,7 +317,7 @@ struct Limits {
 async fn read(
     s: &mut Exchange,
     run: &Arc<Run>,
-    limits: Limits,
+    limits: ReadLimits,
     ingest: &mut Ingest,
     mut tee: Option<Tee>,
     started: &mut Started<'_>,

@@ -206,7 +206,7 @@ impl Health {
 }
 
 /// One replica's connection to the shared journal.
-pub struct Cluster {
+pub struct Replica {
     /// Validated settings.
     pub cfg: config::Journal,
     /// Replay window (events) of every run.
@@ -232,13 +232,13 @@ pub struct Cluster {
     pub jm: JournalMetrics,
 }
 
-impl std::fmt::Debug for Cluster {
+impl std::fmt::Debug for Replica {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Cluster({})", self.cfg.replica_id)
+        write!(f, "Replica({})", self.cfg.replica_id)
     }
 }
 
-impl Cluster {
+impl Replica {
     /// Connects lazily (start never waits for Redis) and starts the liveness and message tasks.
     pub fn start(
         cfg: config::Journal,
@@ -247,13 +247,13 @@ impl Cluster {
         raw_cap: Option<usize>,
         registry: Arc<Registry>,
         metrics: Metrics,
-    ) -> redis::RedisResult<Arc<Cluster>> {
+    ) -> redis::RedisResult<Arc<Replica>> {
         let cmd = Conn::commands(&cfg)?;
         // The push connection routes doorbells and control messages to this cluster once it
         // exists (nothing is subscribed before).
-        let routes: Arc<OnceLock<Weak<Cluster>>> = Arc::new(OnceLock::new());
+        let routes: Arc<OnceLock<Weak<Replica>>> = Arc::new(OnceLock::new());
         let to = routes.clone();
-        let push = move |p: PushInfo| -> Result<(), ()> {
+        let push = move |p: PushInfo| -> Result<(), redis::aio::SendError> {
             if let Some(c) = to.get().and_then(Weak::upgrade) {
                 bus::route(&c, p);
             }
@@ -266,7 +266,7 @@ impl Cluster {
             gauge: jm.degraded.clone(),
         });
         let pipe = pipe::Pipe::start(cmd.clone(), jm.clone(), health.clone());
-        let cluster = Arc::new(Cluster {
+        let cluster = Arc::new(Replica {
             cfg,
             window,
             retention,

@@ -108,7 +108,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let journal = match &cfg.journal {
         None => None,
         Some(j) => Some(
-            crate::replica::Cluster::start(
+            crate::replica::Replica::start(
                 j.clone(),
                 cfg.recorder.window,
                 cfg.recorder.retention.0,

@@ -15,7 +15,7 @@ use pingora_core::protocols::Stream;
 use pingora_http::ResponseHeader;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::wire::{self, Decoder, Framing, Step};
+use super::wire::{self, BodyDecoder, Framing, Step};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 
 /// The read buffer's first size.
@@ -27,7 +27,7 @@ const MIN_SPARE: usize = 512;
 
 /// The time limits of an exchange's start.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub struct StartTimeouts {
     /// For writing the whole request.
     pub write: Duration,
     /// For reading the whole response head.
@@ -95,7 +95,7 @@ impl<S: AsyncRead + Unpin> Reader<S> {
 pub struct Exchange<S = Stream> {
     reader: Reader<S>,
     header: ResponseHeader,
-    body: Decoder,
+    body: BodyDecoder,
     /// Neither side ends the connection after this answer, and its framing leaves no doubt
     /// where the answer ends ([`wire::framing_in_doubt`]).
     keep_alive: bool,
@@ -111,7 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         head: &[u8],
         body: &[u8],
         method: &http::Method,
-        limits: Limits,
+        limits: StartTimeouts,
     ) -> Result<Self, Failed> {
         let mut request = Buf::chain(head, body);
         let total = request.remaining();
@@ -156,7 +156,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         Ok(Exchange {
             keep_alive: wire::keeps_alive(&header) && framing != Framing::Close && !doubt,
             close_delimited: framing == Framing::Close,
-            body: Decoder::new(framing),
+            body: BodyDecoder::new(framing),
             reader,
             header,
         })
@@ -183,18 +183,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
                 Ok(Step::More) => {}
                 Err(e) => {
                     self.keep_alive = false;
-                    return Err(UpstreamError {
-                        kind: UpstreamErrorKind::Protocol,
-                        message: format!("upstream response body: {e}"),
-                    });
+                    return Err(UpstreamError::new(
+                        UpstreamErrorKind::Protocol,
+                        format!("upstream response body: {e}"),
+                    ));
                 }
             }
             match self.reader.fill().await {
                 Ok(0) => {
                     self.keep_alive = false;
-                    self.body.eof().map_err(|e| UpstreamError {
-                        kind: UpstreamErrorKind::Reset,
-                        message: format!("upstream {e}"),
+                    self.body.eof().map_err(|e| {
+                        UpstreamError::new(UpstreamErrorKind::Reset, format!("upstream {e}"))
                     })?;
                 }
                 Ok(_) => {}
@@ -263,7 +262,7 @@ async fn read_head<S: AsyncRead + Unpin>(reader: &mut Reader<S>) -> Result<Respo
 /// A failure that no retry helps.
 fn failed(kind: UpstreamErrorKind, message: String) -> Failed {
     Failed {
-        error: UpstreamError { kind, message },
+        error: UpstreamError::new(kind, message),
         retry: false,
     }
 }
@@ -274,10 +273,8 @@ fn io_error(e: &io::Error, doing: &str) -> UpstreamError {
         io::ErrorKind::TimedOut => UpstreamErrorKind::Timeout,
         _ => UpstreamErrorKind::Reset,
     };
-    UpstreamError {
-        kind,
-        message: format!("upstream failed while {doing}: {e}"),
-    }
+    UpstreamError::new(kind, format!("upstream failed while {doing}: {e}"))
+        .caused_by(io::Error::new(e.kind(), e.to_string()))
 }
 
 #[cfg(test)]

@@ -236,11 +236,11 @@ enum State {
 
 /// Decodes a response body from the read buffer, one [`Step`] at a time.
 #[derive(Debug)]
-pub struct Decoder {
+pub struct BodyDecoder {
     state: State,
 }
 
-impl Decoder {
+impl BodyDecoder {
     /// A decoder for a body of this framing.
     pub fn new(framing: Framing) -> Self {
         let state = match framing {
@@ -249,7 +249,7 @@ impl Decoder {
             Framing::Chunked => State::Chunked(Chunk::Size),
             Framing::Close => State::Close,
         };
-        Decoder { state }
+        BodyDecoder { state }
     }
 
     /// Whether the body was read to its end.

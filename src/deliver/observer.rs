@@ -26,18 +26,23 @@ use crate::vocab::kinds::DialectKind;
 /// Frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
 
+/// A write to a client failed: it went away, or stalled past the write timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the client went away or stalled past the write timeout")]
+pub struct ClientGone;
+
 /// The client side of an observer: where frames go.
 #[async_trait]
 pub trait Sink: Send {
     /// Writes one chunk; an error means the client is gone (or stalled past the write timeout).
-    async fn send(&mut self, data: Bytes) -> Result<(), ()>;
+    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone>;
     /// Resolves when the client goes away while nothing is being written.
     async fn closed(&mut self);
 }
 
 /// How one observer ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Exit {
     /// `STREAM_END` was written.
     Ended,
     /// The client left or stalled.
@@ -63,7 +68,7 @@ pub async fn serve<S: Sink>(
     opts: &Options,
     metrics: &Metrics,
     shutdown: &CancellationToken,
-) -> Outcome {
+) -> Exit {
     let _guard = guard.unwrap_or_else(|| run.observe());
     metrics.observers_active.inc();
     let outcome = write_loop(sink, run, start, opts, metrics, shutdown).await;
@@ -90,21 +95,21 @@ async fn write_loop<S: Sink>(
     opts: &Options,
     metrics: &Metrics,
     shutdown: &CancellationToken,
-) -> Outcome {
+) -> Exit {
     let mut rx = run.subscribe();
     let mut cursor = match start {
         Start::After(c) => c,
         Start::Fresh => {
             let frame = Protocol1.snapshot(run.id(), 0, &Capture::default());
             if sink.send(frame).await.is_err() {
-                return Outcome::Gone;
+                return Exit::Gone;
             }
             0
         }
         Start::Snapshot => {
             let (seq, frame) = snapshot(run, metrics).await;
             if sink.send(frame).await.is_err() {
-                return Outcome::Gone;
+                return Exit::Gone;
             }
             seq
         }
@@ -129,7 +134,7 @@ async fn write_loop<S: Sink>(
                 };
                 if !out.is_empty() {
                     if sink.send(out).await.is_err() {
-                        return Outcome::Gone;
+                        return Exit::Gone;
                     }
                     if !read.frames.is_empty() {
                         metrics
@@ -141,7 +146,7 @@ async fn write_loop<S: Sink>(
                     }
                 }
                 if read.end.is_some() {
-                    return Outcome::Ended;
+                    return Exit::Ended;
                 }
                 if read.last > cursor {
                     cursor = read.last;
@@ -159,7 +164,7 @@ async fn write_loop<S: Sink>(
                 );
                 let (seq, frame) = snapshot(run, metrics).await;
                 if sink.send(frame).await.is_err() {
-                    return Outcome::Gone;
+                    return Exit::Gone;
                 }
                 cursor = seq;
                 continue;
@@ -184,15 +189,15 @@ pub async fn idle<S: Sink>(
     rx: &mut tokio::sync::watch::Receiver<u64>,
     heartbeat: &mut tokio::time::Interval,
     shutdown: &CancellationToken,
-) -> Result<(), Outcome> {
+) -> Result<(), Exit> {
     tokio::select! {
-        r = rx.changed() => r.map_err(|_| Outcome::Gone),
-        _ = sink.closed() => Err(Outcome::Gone),
+        r = rx.changed() => r.map_err(|_| Exit::Gone),
+        _ = sink.closed() => Err(Exit::Gone),
         _ = heartbeat.tick() => sink
             .send(Bytes::from_static(KEEPALIVE))
             .await
-            .map_err(|()| Outcome::Gone),
-        _ = shutdown.cancelled() => Err(Outcome::Shutdown),
+            .map_err(|ClientGone| Exit::Gone),
+        _ = shutdown.cancelled() => Err(Exit::Shutdown),
     }
 }
 

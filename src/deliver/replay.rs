@@ -12,7 +12,7 @@ use bytes::{BufMut, BytesMut};
 use log::debug;
 use tokio_util::sync::CancellationToken;
 
-use crate::deliver::observer::{heartbeats, idle, Outcome, Sink};
+use crate::deliver::observer::{heartbeats, idle, Exit, Sink};
 use crate::dialect::{from_start, Plan};
 use crate::state::run::Run;
 
@@ -50,7 +50,7 @@ pub async fn serve<S: Sink>(
     plan: Plan,
     opts: &Options,
     shutdown: &CancellationToken,
-) -> Outcome {
+) -> Exit {
     let _guard = run.observe();
     let outcome = write_loop(sink, run, plan, opts, shutdown).await;
     debug!("verbatim reader of run {} ended: {outcome:?}", run.id());
@@ -63,16 +63,16 @@ async fn write_loop<S: Sink>(
     plan: Plan,
     opts: &Options,
     shutdown: &CancellationToken,
-) -> Outcome {
+) -> Exit {
     let mut rx = run.subscribe();
     let mut next = match plan {
-        Plan::Empty => return Outcome::Ended,
+        Plan::Empty => return Exit::Ended,
         Plan::From(i) => i,
         Plan::Render => {
             let cap = run.capture();
             let history = from_start::render(&cap);
             if !history.is_empty() && sink.send(history).await.is_err() {
-                return Outcome::Gone;
+                return Exit::Gone;
             }
             cap.raw_end
         }
@@ -81,7 +81,7 @@ async fn write_loop<S: Sink>(
     loop {
         rx.borrow_and_update();
         let Some(read) = run.read_raw(next, MAX_FRAMES_PER_WRITE) else {
-            return Outcome::Ended;
+            return Exit::Ended;
         };
         if read.expired {
             // A reader slower than the raw record's cap: its stream cannot continue in order.
@@ -89,7 +89,7 @@ async fn write_loop<S: Sink>(
                 "verbatim reader of run {} fell out of the raw record at {next}",
                 run.id()
             );
-            return Outcome::Gone;
+            return Exit::Gone;
         }
         if !read.frames.is_empty() {
             let out = match (&read.frames[..], opts.inject_ids) {
@@ -104,12 +104,12 @@ async fn write_loop<S: Sink>(
                 }
             };
             if sink.send(out).await.is_err() {
-                return Outcome::Gone;
+                return Exit::Gone;
             }
             next = read.next;
         }
         if read.end.is_some() {
-            return Outcome::Ended;
+            return Exit::Ended;
         }
         if !read.frames.is_empty() {
             continue;

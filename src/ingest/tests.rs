@@ -191,19 +191,19 @@ fn outcome_labels_follow_the_end() {
     };
     assert_eq!(
         outcome(&end(false, true), Ending::Clean),
-        Outcome::Superseded
+        RunOutcome::Superseded
     );
     assert_eq!(
         outcome(&end(false, false), Ending::Stopped(EndReason::Cancelled)),
-        Outcome::Cancelled
+        RunOutcome::Cancelled
     );
     assert_eq!(
         outcome(&end(false, false), Ending::Stopped(EndReason::Abandoned)),
-        Outcome::NotPersisted
+        RunOutcome::NotPersisted
     );
     assert_eq!(
         outcome(&end(true, false), Ending::Clean),
-        Outcome::Persisted
+        RunOutcome::Persisted
     );
 }
 

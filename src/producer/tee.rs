@@ -93,15 +93,21 @@ pub struct TeeReader {
     writing: Option<Queued>,
 }
 
+/// A legacy client's copy ended without the upstream's clean end: the upstream failed, the run
+/// was stopped, or this reader fell too far behind and was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the stream was cut before the upstream's clean end")]
+pub struct StreamCut;
+
 impl TeeReader {
-    /// The next chunk; `Ok(None)` once the upstream ended cleanly, `Err(())` when the stream was
+    /// The next chunk; `Ok(None)` once the upstream ended cleanly, `Err(StreamCut)` when the stream was
     /// cut (upstream failure, stop, or this reader too slow). The chunk handed out by the
     /// previous call stops counting against the budgets now.
-    pub async fn next(&mut self) -> Result<Option<Bytes>, ()> {
+    pub async fn next(&mut self) -> Result<Option<Bytes>, StreamCut> {
         self.writing = None;
         let next = tokio::select! {
             biased;
-            _ = self.cut.cancelled() => return Err(()),
+            _ = self.cut.cancelled() => return Err(StreamCut),
             q = self.data.recv() => q,
         };
         match next {
@@ -113,7 +119,7 @@ impl TeeReader {
             // The producer sends the clean mark before it drops the data channel.
             None => match self.clean.try_recv() {
                 Ok(()) => Ok(None),
-                Err(_) => Err(()),
+                Err(_) => Err(StreamCut),
             },
         }
     }

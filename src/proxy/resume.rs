@@ -285,7 +285,7 @@ impl Sidecar {
         let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
         let outcome = replay::serve(&mut sink, run, plan, &opts, &s.stop).await;
         match outcome {
-            crate::deliver::observer::Outcome::Ended if sink.finish().await => Ok(Reply::Done),
+            crate::deliver::observer::Exit::Ended if sink.finish().await => Ok(Reply::Done),
             _ => Ok(Reply::Abort),
         }
     }

@@ -14,9 +14,9 @@ use pingora_proxy::Session;
 
 use super::shared::Shared;
 use crate::backend::{relayed, Exchange, Upstream};
-use crate::deliver::observer::{self, Sink};
+use crate::deliver::observer::{self, ClientGone, Sink};
 use crate::error::{ApiError, Code};
-use crate::producer::TeeReader;
+use crate::producer::{StreamCut, TeeReader};
 use crate::stall::Stall;
 use crate::state::attach::Start;
 use crate::state::run::{ObserverGuard, Run};
@@ -269,14 +269,14 @@ impl<'a> SessionSink<'a> {
 
 #[async_trait]
 impl Sink for SessionSink<'_> {
-    async fn send(&mut self, data: Bytes) -> std::result::Result<(), ()> {
+    async fn send(&mut self, data: Bytes) -> std::result::Result<(), ClientGone> {
         match self
             .stall
             .run(self.session.write_response_body(Some(data), false))
             .await
         {
             Ok(Ok(())) => Ok(()),
-            _ => Err(()),
+            _ => Err(ClientGone),
         }
     }
 
@@ -294,12 +294,12 @@ pub(crate) enum Source {
 }
 
 impl Source {
-    /// The next chunk; `Ok(None)` at a clean end; `Err(())` when the body was cut.
-    async fn next(&mut self) -> std::result::Result<Option<Bytes>, ()> {
+    /// The next chunk; `Ok(None)` at a clean end; `Err(StreamCut)` when the body was cut.
+    async fn next(&mut self) -> std::result::Result<Option<Bytes>, StreamCut> {
         match self {
             Source::Upstream(s, idle) => match idle.run(s.next()).await {
                 Ok(Ok(chunk)) => Ok(chunk),
-                _ => Err(()),
+                _ => Err(StreamCut),
             },
             Source::Tee(t) => t.next().await,
         }
@@ -352,7 +352,7 @@ pub(crate) async fn relay(
                 }
             }
             Ok(None) => break,
-            Err(()) => return Reply::Abort,
+            Err(StreamCut) => return Reply::Abort,
         }
     }
     match limited(&mut stall, session.write_response_body(None, true)).await {
@@ -423,7 +423,7 @@ pub(crate) async fn observe(
     let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
     let outcome = observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
     match outcome {
-        observer::Outcome::Ended if sink.finish().await => Reply::Done,
+        observer::Exit::Ended if sink.finish().await => Reply::Done,
         _ => Reply::Abort,
     }
 }

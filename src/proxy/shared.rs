@@ -37,5 +37,5 @@ pub struct Shared {
     /// Cancelled when the drain ends: live observer streams stop.
     pub stop: CancellationToken,
     /// The shared journal, when one is configured.
-    pub journal: Option<Arc<crate::replica::Cluster>>,
+    pub journal: Option<Arc<crate::replica::Replica>>,
 }

@@ -9,11 +9,11 @@ use bytes::Bytes;
 use log::info;
 use redis::{PushInfo, PushKind, Value};
 
-use super::{scripts, timed, Bell, Cluster, RunKeys};
+use super::{scripts, timed, Bell, Replica, RunKeys};
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 
-impl Cluster {
+impl Replica {
     /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a
     /// cluster): their last argument.
     pub(crate) fn publish_command(&self) -> &'static str {
@@ -64,7 +64,7 @@ impl Cluster {
             if v.first().map(String::as_str) == Some("live") {
                 if let Some(producer) = v.get(1) {
                     let msg = format!("{}\n{}", run.id(), reason.as_str());
-                    let _ = c.publish(&Cluster::ctl_channel(producer), &msg).await;
+                    let _ = c.publish(&Replica::ctl_channel(producer), &msg).await;
                 }
             }
         }
@@ -76,7 +76,7 @@ impl Cluster {
 /// one server redis-rs's connection manager relays each push through one task of its own
 /// first, measured at 57–116 µs at p50): a doorbell rings its follower's bell; a control message
 /// stops a run produced here. Nothing here waits.
-pub(super) fn route(c: &Cluster, push: PushInfo) {
+pub(super) fn route(c: &Replica, push: PushInfo) {
     let mut data = push.data.into_iter();
     match push.kind {
         PushKind::Message | PushKind::SMessage => {}
@@ -106,7 +106,7 @@ pub(super) fn route(c: &Cluster, push: PushInfo) {
     if let Some(bell) = c.bells.get(ch.as_ref()) {
         bell.ring(Some(msg.clone()));
     }
-    if ch.ends_with(":ctl") && ch == Cluster::ctl_channel(&c.cfg.replica_id) {
+    if ch.ends_with(":ctl") && ch == Replica::ctl_channel(&c.cfg.replica_id) {
         let msg = String::from_utf8_lossy(&msg);
         let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
         let reason = EndReason::ALL

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 
 use super::bell::{apply_data, apply_entry, Bell};
 use super::codec::{self, Checkpoint};
-use super::{owner_alive, scripts, timed, Cluster, RunKeys};
+use super::{owner_alive, scripts, timed, Replica, RunKeys};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
 use crate::record::compact::Compactor;
@@ -35,7 +35,7 @@ use crate::vocab::end::End;
 const COUNT: usize = 1024;
 
 /// See [`Cluster::sync_chat`].
-pub(super) async fn sync_chat(c: &Arc<Cluster>, scope: &str, owner: Owner, run_id: Option<&str>) {
+pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: Option<&str>) {
     let reg = &c.registry;
     let mut conn = c.conn();
     let cur: Option<String> = match timed(conn.hget(super::chat_key(scope), "run")).await {
@@ -67,7 +67,7 @@ pub(super) async fn sync_chat(c: &Arc<Cluster>, scope: &str, owner: Owner, run_i
 }
 
 /// See [`Cluster::sync_id`].
-pub(super) async fn sync_id(c: &Arc<Cluster>, owner: Owner, id: &str) {
+pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &str) {
     if c.registry.by_id(&owner, id).is_some() {
         return;
     }
@@ -92,7 +92,7 @@ pub(super) async fn sync_id(c: &Arc<Cluster>, owner: Owner, id: &str) {
 /// with its follower, bound to `owner` (the owner whose scope names the run's keys). `None` when
 /// the journal does not know the run in that chat. Mirrors are kept by their chat's keys, so a
 /// run id named in another owner's chat never reaches this one.
-async fn mirror(c: &Arc<Cluster>, scope: &str, owner: Owner, run_id: &str) -> Option<Arc<Run>> {
+async fn mirror(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: &str) -> Option<Arc<Run>> {
     let _one = c.creating.lock().await;
     let keys = RunKeys::new(scope, run_id);
     if let Some(run) = c.mirrors.get(&keys.m).and_then(|w| w.upgrade()) {
@@ -166,7 +166,7 @@ pub fn header_text(h: &pingora_http::ResponseHeader) -> String {
 
 /// Marks the run watched by this replica for a lease (quiet when Redis is down: the poll reads
 /// what a missing doorbell would have brought).
-async fn watch(c: &Cluster, keys: &RunKeys) {
+async fn watch(c: &Replica, keys: &RunKeys) {
     let mut conn = c.conn();
     let _: redis::RedisResult<i64> = timed(
         scripts::WATCH
@@ -187,7 +187,7 @@ struct Seed {
 /// One stream entry: its id's seq and kind, and its fields.
 type Entry = (String, Vec<Vec<u8>>);
 
-async fn read_entries(c: &Cluster, s: &str, after: u64) -> redis::RedisResult<Vec<Entry>> {
+async fn read_entries(c: &Replica, s: &str, after: u64) -> redis::RedisResult<Vec<Entry>> {
     let mut conn = c.conn();
     let mut out: Vec<Entry> = Vec::new();
     let mut from = format!("({after}-0");
@@ -258,7 +258,7 @@ fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
 ///
 /// The window before the checkpoint is read too, unless the stream has a hole there (a re-base
 /// moved the head past batches it never wrote): then the mirror starts at the checkpoint.
-async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
+async fn seed(c: &Replica, keys: &RunKeys, run_id: &str) -> Option<Seed> {
     let mut conn = c.conn();
     let mut hole = false;
     for _ in 0..3 {
@@ -324,7 +324,7 @@ async fn seed(c: &Cluster, keys: &RunKeys, run_id: &str) -> Option<Seed> {
 }
 
 struct Follower {
-    c: Arc<Cluster>,
+    c: Arc<Replica>,
     run: Weak<Run>,
     journal: Arc<MemoryJournal>,
     keys: RunKeys,

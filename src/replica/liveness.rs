@@ -11,7 +11,7 @@ use std::sync::Weak;
 use log::info;
 use redis::AsyncCommands;
 
-use super::{codec, scripts, timed, Cluster, Conn, RunKeys};
+use super::{codec, scripts, timed, Conn, Replica, RunKeys};
 use crate::vocab::end::{End, EndReason};
 
 /// The set naming every replica life (`<id>\n<lease>`) that may have live runs.
@@ -36,11 +36,11 @@ pub(crate) async fn owner_alive(
     producer: &str,
     lease: &str,
 ) -> redis::RedisResult<bool> {
-    let v: Option<String> = conn.get(Cluster::alive_key(producer)).await?;
+    let v: Option<String> = conn.get(Replica::alive_key(producer)).await?;
     Ok(v.as_deref() == Some(lease))
 }
 
-impl Cluster {
+impl Replica {
     fn life(&self) -> String {
         format!("{}\n{}", self.cfg.replica_id, self.lease)
     }
@@ -52,13 +52,13 @@ impl Cluster {
         timed(
             redis::pipe()
                 .cmd("SET")
-                .arg(Cluster::alive_key(id))
+                .arg(Replica::alive_key(id))
                 .arg(&self.lease)
                 .arg("PX")
                 .arg(lease_ms)
                 .ignore()
                 .cmd("PEXPIRE")
-                .arg(Cluster::runs_key(id, &self.lease))
+                .arg(Replica::runs_key(id, &self.lease))
                 .arg(3 * lease_ms)
                 .ignore()
                 .cmd("SADD")
@@ -74,7 +74,7 @@ impl Cluster {
     pub(crate) async fn register_run(&self, scope: &str, run: &str) -> redis::RedisResult<()> {
         let mut conn = self.conn();
         self.touch_alive(&mut conn).await?;
-        let key = Cluster::runs_key(&self.cfg.replica_id, &self.lease);
+        let key = Replica::runs_key(&self.cfg.replica_id, &self.lease);
         timed(conn.sadd::<_, _, ()>(&key, format!("{run}\n{scope}"))).await?;
         timed(conn.pexpire::<_, ()>(&key, 3 * self.cfg.lease.as_millis() as i64)).await
     }
@@ -83,7 +83,7 @@ impl Cluster {
     /// stale member is dropped by the reaper once the run has ended).
     pub(crate) async fn unregister_run(&self, scope: &str, run: &str) {
         let mut conn = self.conn();
-        let key = Cluster::runs_key(&self.cfg.replica_id, &self.lease);
+        let key = Replica::runs_key(&self.cfg.replica_id, &self.lease);
         let _ = timed(conn.srem::<_, _, ()>(&key, format!("{run}\n{scope}"))).await;
     }
 
@@ -101,10 +101,10 @@ impl Cluster {
             if lease == self.lease {
                 continue;
             }
-            let runs_key = Cluster::runs_key(id, lease);
+            let runs_key = Replica::runs_key(id, lease);
             let runs: Option<Vec<String>> = timed(
                 LAPSED
-                    .key(Cluster::alive_key(id))
+                    .key(Replica::alive_key(id))
                     .key(&runs_key)
                     .arg(lease)
                     .invoke_async(&mut conn),
@@ -158,7 +158,7 @@ impl Cluster {
             info!("run {run}: its replica {producer:?} is gone; ended as owner_lost");
             self.metrics
                 .runs_finished
-                .inc(crate::metrics::Outcome::OwnerLost);
+                .inc(crate::metrics::RunOutcome::OwnerLost);
         }
         Ok(ok)
     }
@@ -167,7 +167,7 @@ impl Cluster {
 /// Keeps this replica's liveness fresh and its control channel subscribed, and runs the
 /// reaper, every quarter lease: a lapsed life is reaped within 1.25x the lease of its last
 /// refresh (plus one call).
-pub(super) async fn liveness(cluster: Weak<Cluster>) {
+pub(super) async fn liveness(cluster: Weak<Replica>) {
     let mut subscribed = false;
     loop {
         let Some(c) = cluster.upgrade() else { return };
@@ -178,7 +178,7 @@ pub(super) async fn liveness(cluster: Weak<Cluster>) {
         if r.is_ok() {
             if !subscribed {
                 subscribed = c
-                    .subscribe(&Cluster::ctl_channel(&c.cfg.replica_id))
+                    .subscribe(&Replica::ctl_channel(&c.cfg.replica_id))
                     .await
                     .is_ok();
             }

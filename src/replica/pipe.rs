@@ -135,7 +135,7 @@ async fn flusher(
 }
 
 /// Where an answer goes.
-enum Reply {
+enum Answer {
     Call(oneshot::Sender<RedisResult<Value>>),
     Lane(Arc<Lane>, Sent),
 }
@@ -145,17 +145,17 @@ enum Reply {
 async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc<Health>) {
     let mut pipe = Pipeline::with_capacity(batch.len());
     pipe.ignore_errors();
-    let mut outs: Vec<(&'static Script, Reply)> = Vec::with_capacity(batch.len());
+    let mut outs: Vec<(&'static Script, Answer)> = Vec::with_capacity(batch.len());
     for w in batch {
         match w {
             Work::Call(c) => {
                 pipe.add_command(c.cmd);
-                outs.push((c.script, Reply::Call(c.tx)));
+                outs.push((c.script, Answer::Call(c.tx)));
             }
             Work::Lane(lane) => {
                 if let Some((cmd, sent)) = lane.take() {
                     pipe.add_command(cmd);
-                    outs.push((&scripts::APPEND, Reply::Lane(lane, sent)));
+                    outs.push((&scripts::APPEND, Answer::Lane(lane, sent)));
                 }
             }
         }
@@ -163,9 +163,9 @@ async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc
     if outs.is_empty() {
         return;
     }
-    let reply = |to: Reply, a: RedisResult<Value>| match to {
-        Reply::Call(tx) => drop(tx.send(a)),
-        Reply::Lane(lane, sent) => lane.answered(sent, a, &jm, &health),
+    let reply = |to: Answer, a: RedisResult<Value>| match to {
+        Answer::Call(tx) => drop(tx.send(a)),
+        Answer::Lane(lane, sent) => lane.answered(sent, a, &jm, &health),
     };
     let answers: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
     let answers = match answers {

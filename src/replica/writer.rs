@@ -23,7 +23,7 @@ use super::codec::{self, Checkpoint};
 use super::pipe::lane::{Target, Trouble};
 use super::pipe::Inv;
 use super::recorder::{Core, Msg, WriterInbox};
-use super::{scripts, timed, Cluster, RunKeys, WriteResult};
+use super::{scripts, timed, Replica, RunKeys, WriteResult};
 use crate::journal::Journal;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
@@ -41,7 +41,7 @@ pub struct Meta {
 
 /// One writer's state.
 struct Writer {
-    cluster: Arc<Cluster>,
+    cluster: Arc<Replica>,
     run: Arc<Run>,
     meta: Meta,
     keys: RunKeys,
@@ -57,7 +57,7 @@ struct Writer {
 }
 
 /// Starts the writer of `run` (whose journal is the [`Recorder`](super::recorder::Recorder) `inbox` came with).
-pub fn spawn(cluster: Arc<Cluster>, run: Arc<Run>, inbox: WriterInbox, meta: Meta) {
+pub fn spawn(cluster: Arc<Replica>, run: Arc<Run>, inbox: WriterInbox, meta: Meta) {
     cluster.producing(&run);
     let keys = RunKeys::new(&meta.scope, run.id());
     let id_key = super::id_key(&meta.owner, run.id());

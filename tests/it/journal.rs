@@ -1,7 +1,7 @@
 //! The shared journal end to end: two tether replicas on one redis-server of the test's own.
 //! A run recorded on replica A is attached, resumed, looked up and stopped through replica B.
 //! The scenarios that exercise the topology (attach, stop, a killed producer) run on a Redis
-//! Cluster too ([`cluster`]). The replicas themselves (in-process, or the binary for a crash) are
+//! Replica too ([`cluster`]). The replicas themselves (in-process, or the binary for a crash) are
 //! `support`'s.
 
 mod cluster;

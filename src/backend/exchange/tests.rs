@@ -5,7 +5,7 @@ use tokio::io::{duplex, DuplexStream};
 
 use super::*;
 
-const LIMITS: Limits = Limits {
+const LIMITS: StartTimeouts = StartTimeouts {
     write: Duration::from_secs(5),
     head: Duration::from_secs(5),
 };
@@ -267,7 +267,7 @@ async fn a_head_over_64_kib_is_a_protocol_error() {
 #[tokio::test(start_paused = true)]
 async fn a_backend_silent_before_its_head_times_out() {
     let (client, mut server) = duplex(1024);
-    let limits = Limits {
+    let limits = StartTimeouts {
         write: Duration::from_secs(1),
         head: Duration::from_secs(30),
     };
@@ -334,4 +334,13 @@ async fn a_fast_backend_grows_the_read_buffer_to_64_kib_even_when_every_slice_is
     }
     assert_eq!(r.size, MAX_READ, "after {reads} reads of {total} bytes");
     assert!(reads < 16, "{reads} reads to grow");
+}
+
+#[test]
+fn an_io_failure_keeps_its_cause() {
+    let reset = io::Error::new(io::ErrorKind::ConnectionReset, "peer reset");
+    let e = io_error(&reset, "reading the response head");
+    assert_eq!(e.kind, UpstreamErrorKind::Reset);
+    let cause = std::error::Error::source(&e).expect("the I/O error is its source");
+    assert_eq!(cause.to_string(), "peer reset");
 }

@@ -5,7 +5,7 @@ use super::*;
 /// Feeds `pieces` to a decoder of `framing` one after another, decoding after each. Returns the
 /// body, whether it ended, and the bytes left after its end (buffered or not yet fed).
 fn feed(framing: Framing, pieces: &[&[u8]]) -> Result<(Vec<u8>, bool, Vec<u8>), WireError> {
-    let mut d = Decoder::new(framing);
+    let mut d = BodyDecoder::new(framing);
     let mut buf = BytesMut::new();
     let mut body = Vec::new();
     for (i, piece) in pieces.iter().enumerate() {
@@ -131,18 +131,18 @@ fn a_content_length_body_ends_at_its_length_and_leaves_what_follows() {
 
 #[test]
 fn a_close_at_the_wrong_place_is_a_truncation_and_a_close_delimited_body_ends_with_it() {
-    let mut d = Decoder::new(Framing::Length(10));
+    let mut d = BodyDecoder::new(Framing::Length(10));
     let mut buf = BytesMut::from(&b"short"[..]);
     assert!(matches!(d.decode(&mut buf), Ok(Step::Data(_))));
     assert_eq!(d.decode(&mut buf), Ok(Step::More));
     assert!(matches!(d.eof(), Err(WireError::Truncated(_))));
 
-    let mut d = Decoder::new(Framing::Chunked);
+    let mut d = BodyDecoder::new(Framing::Chunked);
     let mut buf = BytesMut::from(&b"5\r\nhel"[..]);
     assert!(matches!(d.decode(&mut buf), Ok(Step::Data(_))));
     assert!(matches!(d.eof(), Err(WireError::Truncated(_))));
 
-    let mut d = Decoder::new(Framing::Close);
+    let mut d = BodyDecoder::new(Framing::Close);
     assert!(d.is_close_delimited());
     let mut buf = BytesMut::from(&b"all of it"[..]);
     assert_eq!(
@@ -160,7 +160,7 @@ fn body_data_is_a_slice_of_the_read_buffer_not_a_copy() {
     let mut buf = BytesMut::with_capacity(64);
     buf.extend_from_slice(b"3\r\nabc\r\n");
     let base = buf.as_ptr() as usize;
-    let mut d = Decoder::new(Framing::Chunked);
+    let mut d = BodyDecoder::new(Framing::Chunked);
     let Ok(Step::Data(data)) = d.decode(&mut buf) else {
         panic!("no data");
     };

@@ -29,9 +29,9 @@ struct ChanSink {
 
 #[async_trait]
 impl Sink for ChanSink {
-    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
+    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
         let _ = self.gate.wait_for(|open| *open).await;
-        self.tx.send(data).map_err(|_| ())
+        self.tx.send(data).map_err(|_| ClientGone)
     }
     async fn closed(&mut self) {
         std::future::pending::<()>().await
@@ -77,7 +77,7 @@ async fn serves_snapshot_then_live_events_then_one_end() {
     let first = rx.recv().await.unwrap();
     run.append(&[text("c")]);
     run.finish(true, None);
-    assert_eq!(task.await.unwrap(), Outcome::Ended);
+    assert_eq!(task.await.unwrap(), Exit::Ended);
     let (first_tx, mut first_rx) = mpsc::unbounded_channel();
     first_tx.send(first).unwrap();
     let snap = frames_of(&mut first_rx, &mut Decoder::new(1 << 20)).remove(0);
@@ -113,7 +113,7 @@ async fn a_slow_observer_is_reset_by_snapshot_and_loses_nothing() {
     }
     gate_tx.send_replace(true);
     run.finish(true, None);
-    assert_eq!(task.await.unwrap(), Outcome::Ended);
+    assert_eq!(task.await.unwrap(), Exit::Ended);
     let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));
     let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
     // Seq 2 left the window before the observer could write it: a reset, not a gap.
@@ -137,7 +137,7 @@ async fn fresh_start_sends_an_empty_snapshot_at_seq_zero() {
     let mut sink = ChanSink { tx, gate };
     assert_eq!(
         serve(&mut sink, &run, Start::Fresh, None, &opts(), &m, &stop).await,
-        Outcome::Ended
+        Exit::Ended
     );
     let frames = frames_of(&mut rx, &mut Decoder::new(1 << 20));
     assert_eq!(
@@ -169,5 +169,5 @@ async fn an_idle_observer_gets_a_keepalive_comment_each_heartbeat_and_nothing_be
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(KEEPALIVE));
     run.finish(true, None);
-    assert_eq!(task.await.unwrap(), Outcome::Ended);
+    assert_eq!(task.await.unwrap(), Exit::Ended);
 }

@@ -1,6 +1,7 @@
 //! Tests of the verbatim write loop over an in-memory run with a raw record.
 
 use super::*;
+use crate::deliver::observer::ClientGone;
 use crate::journal::raw::Frame;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
@@ -11,7 +12,7 @@ struct Collect(Vec<u8>);
 
 #[async_trait]
 impl Sink for Collect {
-    async fn send(&mut self, data: Bytes) -> Result<(), ()> {
+    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
         self.0.extend_from_slice(&data);
         Ok(())
     }
@@ -57,7 +58,7 @@ async fn a_reader_gets_the_frames_from_its_index_then_closes_when_the_run_ends()
         &CancellationToken::new(),
     )
     .await;
-    assert_eq!(out, Outcome::Ended);
+    assert_eq!(out, Exit::Ended);
     let text = String::from_utf8(sink.0).unwrap();
     assert!(text.starts_with(
         "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"1\"}\n\n"
@@ -131,5 +132,5 @@ async fn an_empty_plan_ends_at_once() {
         &CancellationToken::new(),
     )
     .await;
-    assert_eq!((out, sink.0.len()), (Outcome::Ended, 0));
+    assert_eq!((out, sink.0.len()), (Exit::Ended, 0));
 }

@@ -31,7 +31,7 @@ async fn a_tee_dropped_without_the_clean_mark_is_a_cut() {
     t.send(Bytes::from_static(b"a")).unwrap();
     drop(t);
     assert_eq!(r.next().await, Ok(Some(Bytes::from_static(b"a"))));
-    assert_eq!(r.next().await, Err(()));
+    assert_eq!(r.next().await, Err(StreamCut));
 }
 
 #[tokio::test]
@@ -75,7 +75,7 @@ async fn a_cut_reader_reads_no_more_of_its_queue() {
     let (t, mut r) = roomy();
     t.send(Bytes::from_static(b"a")).unwrap();
     t.cut();
-    assert_eq!(r.next().await, Err(()));
+    assert_eq!(r.next().await, Err(StreamCut));
 }
 
 #[tokio::test]
