@@ -230,7 +230,9 @@ impl Decoder {
     /// Ends the stream. An event without its blank line is discarded, never dispatched; returns
     /// whether one was pending.
     pub fn finish(&mut self) -> bool {
-        let pending = self.data_lines > 0 || self.line_nonempty || self.discarding;
+        // Bytes held back as a possible byte-order mark are an unterminated line too.
+        let bom_part = self.bom_matched.is_some_and(|m| m > 0);
+        let pending = self.data_lines > 0 || self.line_nonempty || self.discarding || bom_part;
         self.line.clear();
         self.line_nonempty = false;
         self.reset_event();

@@ -87,6 +87,19 @@ fn partial_bom_prefix_is_kept_as_line_content() {
 }
 
 #[test]
+fn a_stream_that_ends_inside_a_possible_bom_ended_inside_a_line() {
+    // EF BB and the end: two bytes of an unterminated line, like any other; a whole BOM alone
+    // is nothing.
+    for chunks in [&[&b"\xEF\xBB"[..]][..], &[b"\xEF", b"\xBB"], &[b"\xEF"]] {
+        let (out, pending) = decode_chunks(chunks, 1024);
+        assert!(out.is_empty());
+        assert!(pending, "{chunks:?}");
+    }
+    let (_, pending) = decode_chunks(&[b"\xEF\xBB\xBF"], 1024);
+    assert!(!pending);
+}
+
+#[test]
 fn comments_are_ignored() {
     assert_eq!(
         events(b": keepalive\n\n:x\ndata: a\n: mid\n\n"),
