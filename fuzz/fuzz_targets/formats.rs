@@ -42,8 +42,16 @@ fn check_event(e: &Event) {
         "one line: {:?}",
         String::from_utf8_lossy(j)
     );
-    assert!(is_json(j), "an event is JSON: {:?}", String::from_utf8_lossy(j));
-    assert_eq!(j.trim_ascii_start().first(), Some(&b'{'), "an event is a JSON object");
+    assert!(
+        is_json(j),
+        "an event is JSON: {:?}",
+        String::from_utf8_lossy(j)
+    );
+    assert_eq!(
+        j.trim_ascii_start().first(),
+        Some(&b'{'),
+        "an event is a JSON object"
+    );
     for r in [&e.ty, &e.name] {
         assert!(in_bounds(r, j.len()));
         if !r.is_empty() {
@@ -88,7 +96,9 @@ fn is_json(b: &[u8]) -> bool {
 
 /// The key of a member label `"name":` (whitespace allowed around the colon).
 fn label_key(label: &[u8]) -> String {
-    let text = std::str::from_utf8(label).expect("a UTF-8 label").trim_end();
+    let text = std::str::from_utf8(label)
+        .expect("a UTF-8 label")
+        .trim_end();
     let text = text.strip_suffix(':').expect("a label ends with a colon");
     serde_json::from_str(text.trim()).expect("a label is a JSON string")
 }
@@ -111,11 +121,23 @@ enum Group<'e> {
 fn reference(events: &[Event]) -> Option<Vec<Value>> {
     let mut groups: Vec<Group> = Vec::new();
     for e in events.iter().filter(|e| !e.transient) {
-        if let (Some(m), Some(Group::Delta { class, key, sub, text, last, .. })) =
-            (&e.merge, groups.last_mut())
+        if let (
+            Some(m),
+            Some(Group::Delta {
+                class,
+                key,
+                sub,
+                text,
+                last,
+                ..
+            }),
+        ) = (&e.merge, groups.last_mut())
         {
             let k = &e.json[m.key.clone()];
-            if *class == m.class && *sub == m.sub && (k == *key || (class.key_optional && k.is_empty())) {
+            if *class == m.class
+                && *sub == m.sub
+                && (k == *key || (class.key_optional && k.is_empty()))
+            {
                 text.extend_from_slice(&e.json[m.delta.clone()]);
                 if let Some(l) = &m.last {
                     *last = Some(&e.json[l.value.clone()]);
@@ -139,7 +161,9 @@ fn reference(events: &[Event]) -> Option<Vec<Value>> {
         .iter()
         .map(|g| match g {
             Group::Plain(e) => serde_json::from_slice(&e.json).ok(),
-            Group::Delta { first, text, last, .. } => {
+            Group::Delta {
+                first, text, last, ..
+            } => {
                 let j = &first.json[..];
                 let m = first.merge.as_ref().unwrap();
                 // The first delta's JSON with the whole text, its last-wins member taken out.

@@ -44,14 +44,25 @@ const FALLBACKS: [&str; 7] = [
 ];
 
 fn check_chat(id: &str) {
-    assert!(!id.is_empty() && id.len() <= request::MAX_CHAT_ID, "chat id length {}", id.len());
-    assert!(!id.chars().any(char::is_control), "control character in chat id {id:?}");
+    assert!(
+        !id.is_empty() && id.len() <= request::MAX_CHAT_ID,
+        "chat id length {}",
+        id.len()
+    );
+    assert!(
+        !id.chars().any(char::is_control),
+        "control character in chat id {id:?}"
+    );
 }
 
 fn check_run(id: &str) {
-    assert!(!id.is_empty() && id.len() <= request::MAX_RUN_ID, "run id length");
     assert!(
-        id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
+        !id.is_empty() && id.len() <= request::MAX_RUN_ID,
+        "run id length"
+    );
+    assert!(
+        id.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "run id charset {id:?}"
     );
 }
@@ -133,14 +144,18 @@ fuzz_target!(|input: Input| {
     if let Ok(json) = request::resolution(&input.body) {
         // (A number past f64 is valid JSON that `Value` cannot hold: compared only when it can.)
         if let Ok(body) = serde_json::from_slice::<serde_json::Value>(&input.body) {
-            let v: serde_json::Value =
-                serde_json::from_slice(&json).expect("a resolution is JSON");
+            let v: serde_json::Value = serde_json::from_slice(&json).expect("a resolution is JSON");
             assert_eq!(v["type"], "CUSTOM");
             assert_eq!(v["value"], body);
         }
     }
     if let Ok(m) = request::control_body(&source, &input.body) {
-        let _ = request::key(&source, &parts, Some(&m), tether::error::Code::InvalidChatId);
+        let _ = request::key(
+            &source,
+            &parts,
+            Some(&m),
+            tether::error::Code::InvalidChatId,
+        );
     }
 
     // The verbatim dialects' cursors, against an empty run with a raw record.

@@ -44,7 +44,11 @@ fn decode(chunks: &[&[u8]], cap: usize) -> Outcome {
     for c in chunks {
         let before = out.len();
         d.feed(&Bytes::copy_from_slice(c), &mut out);
-        assert!(d.buffered() <= cap.max(1), "buffered {} > cap {cap}", d.buffered());
+        assert!(
+            d.buffered() <= cap.max(1),
+            "buffered {} > cap {cap}",
+            d.buffered()
+        );
         let new = out[before..]
             .iter()
             .filter(|e| matches!(e, Decoded::Event(_)))

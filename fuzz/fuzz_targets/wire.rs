@@ -107,7 +107,13 @@ impl RefHead {
             .map(|(_, v)| {
                 let v: Vec<u8> = v
                     .iter()
-                    .map(|&b| if matches!(b, b'\r' | b'\n' | 0) { b' ' } else { b })
+                    .map(|&b| {
+                        if matches!(b, b'\r' | b'\n' | 0) {
+                            b' '
+                        } else {
+                            b
+                        }
+                    })
                     .collect();
                 v.iter()
                     .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
@@ -400,9 +406,8 @@ fuzz_target!(|input: &[u8]| {
     let ref_framing = rh.framing(head_req);
     assert_eq!(framing.as_ref().ok(), ref_framing.as_ref().ok(), "framing");
     let Ok(framing) = framing else { return };
-    let reusable = wire::keeps_alive(&h)
-        && framing != Framing::Close
-        && !wire::framing_in_doubt(&h, &method);
+    let reusable =
+        wire::keeps_alive(&h) && framing != Framing::Close && !wire::framing_in_doubt(&h, &method);
     assert_eq!(reusable, rh.reusable(head_req, framing), "reusable");
 
     // The body.
