@@ -9,9 +9,10 @@
 //! character split across chunks is reassembled untouched.
 //!
 //! A `data` line that lies inside one chunk is handed out as a [`Bytes`] slice of that chunk,
-//! without copying. An event larger than the configured cap is dropped, reported once as
-//! [`Decoded::Oversized`], and decoding resumes at the next event; the decoder never buffers
-//! more than the cap. [`Decoder::discard_partial`] drops the event being built the same way, for a
+//! without copying. An event larger than the configured cap (its data and the line being read,
+//! whatever the line's field, comments included) is dropped, reported once as
+//! [`Decoded::Oversized`], and decoding resumes at the next event, whatever the chunking; the
+//! decoder never buffers more than the cap. [`Decoder::discard_partial`] drops the event being built the same way, for a
 //! caller whose memory budget has no room for it.
 //!
 //! With [`Decoder::keep_raw`], the decoder also keeps each dispatched event's own frame (its
@@ -229,7 +230,9 @@ impl Decoder {
     /// Ends the stream. An event without its blank line is discarded, never dispatched; returns
     /// whether one was pending.
     pub fn finish(&mut self) -> bool {
-        let pending = self.data_lines > 0 || self.line_nonempty || self.discarding;
+        // Bytes held back as a possible byte-order mark are an unterminated line too.
+        let bom_part = self.bom_matched.is_some_and(|m| m > 0);
+        let pending = self.data_lines > 0 || self.line_nonempty || self.discarding || bom_part;
         self.line.clear();
         self.line_nonempty = false;
         self.reset_event();
@@ -281,6 +284,13 @@ impl Decoder {
             let n = line.len();
             self.process_line(&line, 0, n, out);
         } else {
+            // The same measure as for a line carried over from earlier chunks, so that where
+            // the reads ended never decides whether an event is dropped.
+            let size = self.data.len() + (end - start);
+            if size > self.max_event {
+                self.start_discard(size, out);
+                return;
+            }
             self.process_line(chunk, start, end, out);
         }
     }

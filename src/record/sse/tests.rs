@@ -87,6 +87,19 @@ fn partial_bom_prefix_is_kept_as_line_content() {
 }
 
 #[test]
+fn a_stream_that_ends_inside_a_possible_bom_ended_inside_a_line() {
+    // EF BB and the end: two bytes of an unterminated line, like any other; a whole BOM alone
+    // is nothing.
+    for chunks in [&[&b"\xEF\xBB"[..]][..], &[b"\xEF", b"\xBB"], &[b"\xEF"]] {
+        let (out, pending) = decode_chunks(chunks, 1024);
+        assert!(out.is_empty());
+        assert!(pending, "{chunks:?}");
+    }
+    let (_, pending) = decode_chunks(&[b"\xEF\xBB\xBF"], 1024);
+    assert!(!pending);
+}
+
+#[test]
 fn comments_are_ignored() {
     assert_eq!(
         events(b": keepalive\n\n:x\ndata: a\n: mid\n\n"),
@@ -178,7 +191,7 @@ fn oversized_event_is_dropped_and_decoding_resumes_at_the_next() {
         out,
         vec![
             Decoded::Event(ev(None, "a", None)),
-            Decoded::Oversized { bytes: 101 },
+            Decoded::Oversized { bytes: 106 },
             Decoded::Event(ev(None, "b", None)),
         ]
     );
@@ -188,6 +201,50 @@ fn oversized_event_is_dropped_and_decoding_resumes_at_the_next() {
     assert_eq!(out.len(), 3);
     assert!(matches!(out[1], Decoded::Oversized { .. }));
     assert_eq!(out[2], Decoded::Event(ev(None, "b", None)));
+}
+
+/// The decoded stream with the sizes of oversized events left out (they say how much had been
+/// seen when the event was dropped, which depends on where the reads ended).
+fn outcome(chunks: &[&[u8]], cap: usize) -> (Vec<Decoded>, bool) {
+    let (out, pending) = decode_chunks(chunks, cap);
+    let out = out
+        .into_iter()
+        .map(|d| match d {
+            Decoded::Oversized { .. } => Decoded::Oversized { bytes: 0 },
+            d => d,
+        })
+        .collect();
+    (out, pending)
+}
+
+#[test]
+fn a_line_over_the_cap_drops_its_event_at_every_split() {
+    // An `event` line, a comment and a `data` line whose value fits but whose line does not:
+    // each drops its event whether the line arrives in one read or is cut across two.
+    for long in [
+        "event: a-name-longer-than-the-cap".to_string(),
+        format!(": {}", "c".repeat(40)),
+        format!("data: {}", "v".repeat(30)),
+    ] {
+        let input = format!("{long}\ndata: x\n\ndata: y\n\n");
+        let input = input.as_bytes();
+        let whole = outcome(&[input], 32);
+        assert_eq!(
+            whole,
+            (
+                vec![
+                    Decoded::Oversized { bytes: 0 },
+                    Decoded::Event(ev(None, "y", None))
+                ],
+                false
+            ),
+            "{long:?}"
+        );
+        for cut in 1..input.len() {
+            let (a, b) = input.split_at(cut);
+            assert_eq!(outcome(&[a, b], 32), whole, "{long:?} cut at {cut}");
+        }
+    }
 }
 
 #[test]
