@@ -1,4 +1,4 @@
-//! The in-process journal: a window of encoded protocol-1 frames, the compacted history and the
+//! The in-process journal: the replay window of recent events, the compacted history and the
 //! terminal state under one lock, and a `watch` that wakes readers once per batch.
 //!
 //! Every event's JSON is kept in the run's [`Window`] (back to back in blocks) and encoded as its
