@@ -1,7 +1,7 @@
 //! The backend client: Pingora's connection pool behind a connect queue ([`connect`]) with
 //! tether's own HTTP/1.1 exchange on top ([`exchange`], [`wire`]), the request as forwarded (hop-by-hop headers dropped,
 //! `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as relayed, and the rule for
-//! which answers are recorded. The producer is in [`producer`].
+//! which answers are recorded. The run task that uses it is [`crate::producer`].
 
 pub mod connect;
 pub mod exchange;

@@ -1,5 +1,5 @@
 //! Recording, pure: the incremental SSE decoder ([`sse`]), the stream formats that classify each
-//! event ([`format`]), the compacted history ([`compact`]) and JSON string writing ([`json`]).
+//! event ([`format`](mod@format)), the compacted history ([`compact`]) and JSON string writing ([`json`]).
 
 pub mod compact;
 pub mod format;

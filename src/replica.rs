@@ -3,7 +3,7 @@
 //! stays the hot path everywhere:
 //!
 //! - the producing replica records into it as always and hands each batch, encoded, to the
-//!   run's append lane ([`lane`]), never waiting for Redis; the replica's write pipeline
+//!   run's append lane ([`pipe::lane`]), never waiting for Redis; the replica's write pipeline
 //!   ([`pipe`]) sends every lane's pending batches and every writer's other script calls as one
 //!   round trip for all the calls pending at once. A writer task per run ([`writer`]) handles
 //!   the rest: go-live, re-base, checkpoints, the end, lease ticks;
@@ -143,7 +143,7 @@ pub struct JournalMetrics {
 }
 
 impl JournalMetrics {
-    /// Registers the families on `m` (done by [`Cluster::start`]; public for the dashboard's
+    /// Registers the families on `m` (done by [`Replica::start`]; public for the dashboard's
     /// coverage test).
     pub fn new(m: &Metrics) -> Self {
         JournalMetrics {

@@ -34,7 +34,7 @@ use crate::vocab::end::End;
 /// Stream entries read per call.
 const COUNT: usize = 1024;
 
-/// See [`Cluster::sync_chat`].
+/// See [`Replica::sync_chat`].
 pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: Option<&str>) {
     let reg = &c.registry;
     let mut conn = c.conn();
@@ -66,7 +66,7 @@ pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_i
     }
 }
 
-/// See [`Cluster::sync_id`].
+/// See [`Replica::sync_id`].
 pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &str) {
     if c.registry.by_id(&owner, id).is_some() {
         return;
