@@ -159,7 +159,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("snapshot_serialize", |b| {
         b.iter_batched(
             || cap.clone(),
-            |cap| frame::snapshot("r", cap.seq, &cap.history),
+            |cap| frame::snapshot(&tether::vocab::RunId::from("r"), cap.seq, &cap.history),
             BatchSize::SmallInput,
         )
     });

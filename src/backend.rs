@@ -20,6 +20,7 @@ use connect::{Connects, Refused};
 
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
+use crate::vocab::RunId;
 
 /// The header naming the run a forwarded request records: tether's alone to set, never the
 /// client's (a backend may trust it).
@@ -130,7 +131,7 @@ impl Upstream {
         &self,
         req: &RequestHeader,
         body: &Bytes,
-        run_id: Option<&str>,
+        run_id: Option<&RunId>,
     ) -> Result<Exchange, UpstreamError> {
         let refused = |e: String| {
             UpstreamError::new(
@@ -203,7 +204,7 @@ impl Upstream {
 fn outgoing(
     req: &RequestHeader,
     len: usize,
-    run_id: Option<&str>,
+    run_id: Option<&RunId>,
 ) -> pingora_core::Result<RequestHeader> {
     let mut h = req.clone();
     if h.uri.scheme().is_some() {
@@ -223,7 +224,7 @@ fn outgoing(
     h.insert_header("content-length", len.to_string())?;
     h.insert_header("accept-encoding", "identity")?;
     if let Some(id) = run_id {
-        h.insert_header(RUN_ID_HEADER, id)?;
+        h.insert_header(RUN_ID_HEADER, id.as_str())?;
     }
     Ok(h)
 }

@@ -23,6 +23,7 @@ use crate::error::ApiError;
 use crate::record::compact::Capture;
 use crate::request::Parts;
 use crate::vocab::end::End;
+use crate::vocab::{ChatId, RunId};
 
 /// An attach or resume request as the edge read it.
 pub struct Incoming<'a> {
@@ -42,11 +43,11 @@ pub struct Incoming<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttachRequest {
     /// The chat to attach to.
-    pub chat_id: String,
+    pub chat_id: ChatId,
     /// Whether the requester speaks protocol 1 (a legacy request is passed through).
     pub protocol1: bool,
     /// The run the cursor belongs to.
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     /// The last seq the client applied.
     pub after_seq: Option<u64>,
     /// How long to wait for a run when the chat has none (already capped).
@@ -63,13 +64,13 @@ pub trait Dialect: Send + Sync + Debug {
     fn parse(&self, req: &Incoming<'_>) -> Result<AttachRequest, ApiError>;
 
     /// The snapshot of a compacted history covering seqs up to `seq`.
-    fn snapshot(&self, run_id: &str, seq: u64, history: &Capture) -> Bytes;
+    fn snapshot(&self, run_id: &RunId, seq: u64, history: &Capture) -> Bytes;
 
     /// Appends one event (its upstream JSON, one line) as seq `seq`.
-    fn event(&self, out: &mut BytesMut, run_id: &str, seq: u64, event: &[u8]);
+    fn event(&self, out: &mut BytesMut, run_id: &RunId, seq: u64, event: &[u8]);
 
     /// The run's end.
-    fn end(&self, run_id: &str, end: &End) -> Bytes;
+    fn end(&self, run_id: &RunId, end: &End) -> Bytes;
 }
 
 /// Where a verbatim resume starts.
@@ -103,7 +104,7 @@ pub trait Verbatim: Send + Sync + Debug {
     /// (`None`: none sent). A malformed cursor is an [`ApiError`] (400).
     fn plan(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         run: &dyn crate::journal::Journal,
         cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError>;

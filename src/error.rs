@@ -6,6 +6,8 @@
 use bytes::Bytes;
 use thiserror::Error;
 
+use crate::vocab::RunId;
+
 /// The stable code of an API error answer; each code has one HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
@@ -103,7 +105,7 @@ pub struct ApiError {
     /// Human-readable detail.
     pub message: String,
     /// The run the answer is about, added to the body as `run_id` (the running turn of a 409).
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
 }
 
 impl ApiError {

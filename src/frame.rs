@@ -7,11 +7,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use crate::record::compact::Capture;
 use crate::record::json::write_str as write_json_str;
 use crate::vocab::end::End;
+use crate::vocab::RunId;
 
 /// Digits of the largest seq (`u64::MAX`).
 const MAX_SEQ_DIGITS: usize = 20;
 
-fn write_id(out: &mut BytesMut, run_id: &str, seq: u64) {
+fn write_id(out: &mut BytesMut, run_id: &RunId, seq: u64) {
     out.put_slice(b"id: ");
     out.put_slice(run_id.as_bytes());
     out.put_u8(b':');
@@ -19,7 +20,7 @@ fn write_id(out: &mut BytesMut, run_id: &str, seq: u64) {
     out.put_slice(b"\ndata: ");
 }
 
-fn write_head(out: &mut BytesMut, ty: &str, run_id: &str, seq: u64) {
+fn write_head(out: &mut BytesMut, ty: &str, run_id: &RunId, seq: u64) {
     write_id(out, run_id, seq);
     out.put_slice(b"{\"type\":\"");
     out.put_slice(ty.as_bytes());
@@ -31,7 +32,7 @@ fn write_head(out: &mut BytesMut, ty: &str, run_id: &str, seq: u64) {
 
 /// Upper bound of a frame's fixed part: `id: <run_id>:<seq>\ndata: ` and the terminator, plus
 /// `{"type":"STREAM_SNAPSHOT","run_id":<run_id>,"seq":<seq>` with room for escapes.
-fn overhead(run_id: &str) -> usize {
+fn overhead(run_id: &RunId) -> usize {
     let id_line = "id: :\ndata: \n\n".len() + run_id.len() + MAX_SEQ_DIGITS;
     id_line + 64 + 2 * run_id.len() + MAX_SEQ_DIGITS
 }
@@ -48,7 +49,7 @@ pub struct EventEncoder {
 
 impl EventEncoder {
     /// An encoder for the run `run_id`.
-    pub fn new(run_id: &str) -> Self {
+    pub fn new(run_id: &RunId) -> Self {
         let mut id = BytesMut::new();
         id.put_slice(b"id: ");
         id.put_slice(run_id.as_bytes());
@@ -101,7 +102,7 @@ impl EventEncoder {
 }
 
 /// A `STREAM_SNAPSHOT` frame of a compacted history covering seqs up to `seq`.
-pub fn snapshot(run_id: &str, seq: u64, history: &Capture) -> Bytes {
+pub fn snapshot(run_id: &RunId, seq: u64, history: &Capture) -> Bytes {
     let mut out = BytesMut::with_capacity(overhead(run_id) + 16 + history.len());
     write_head(&mut out, "STREAM_SNAPSHOT", run_id, seq);
     out.put_slice(b",\"events\":[");
@@ -111,7 +112,7 @@ pub fn snapshot(run_id: &str, seq: u64, history: &Capture) -> Bytes {
 }
 
 /// A `STREAM_END` frame.
-pub fn end(run_id: &str, end: &End) -> Bytes {
+pub fn end(run_id: &RunId, end: &End) -> Bytes {
     let mut out = BytesMut::with_capacity(overhead(run_id) + 128);
     write_head(&mut out, "STREAM_END", run_id, end.seq);
     out.put_slice(if end.persisted {

@@ -16,7 +16,7 @@
 //!
 //! | layer | modules | job |
 //! |---|---|---|
-//! | vocabulary | [`vocab`] | words every layer shares: the label macro, how a run ends, format and dialect kinds |
+//! | vocabulary | [`vocab`] | words every layer shares: the label macro, how a run ends, format and dialect kinds, the id types |
 //! | foundations | [`error`], [`budget`], [`stall`], [`metrics`], [`config`] | error codes, the buffer budget, stall timers, Prometheus families, `conf/tether.toml` + flags |
 //! | requests | [`request`] | record, stop and status requests parsed and checked |
 //! | record (pure) | [`record`] | bytes → SSE events → classified events (one file per stream format) → compacted history |

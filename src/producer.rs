@@ -32,6 +32,7 @@ use crate::state::auth::Owner;
 use crate::state::registry::{Pending, Registry};
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
+use crate::vocab::{RunId, Scope};
 use tee::{tee, Cut, Tee};
 pub use tee::{StreamCut, TeeReader};
 
@@ -71,7 +72,7 @@ pub struct Job {
     /// The chat's pending registration, released once the upstream answered.
     pub pending: Pending,
     /// The transport run id, minted before forwarding.
-    pub run_id: String,
+    pub run_id: RunId,
     /// Route label for metrics.
     pub route: String,
     /// The format the run's events are classified by, or `auto`.
@@ -118,7 +119,7 @@ pub fn spawn(tracker: &TaskTracker, job: Job) -> oneshot::Receiver<Head> {
     rx
 }
 
-fn failed(m: &Metrics, run_id: &str, e: UpstreamError) -> Head {
+fn failed(m: &Metrics, run_id: &RunId, e: UpstreamError) -> Head {
     warn!("upstream failed for run {run_id}: {e}");
     m.upstream_errors.inc(e.kind);
     Head::Failed(e)
@@ -179,7 +180,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
         run.set_tokens(tokens);
     }
-    let chat_id = pending.scope().to_string();
+    let scope = pending.scope().clone();
     let owner = pending.owner();
     let guard = run.observe();
     registry.go_live(&pending, run.clone());
@@ -187,7 +188,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let recorder = match (journal, recorder) {
         (Some(c), Some((rec, inbox))) => {
             let meta = Meta {
-                scope: chat_id.clone(),
+                scope: scope.clone(),
                 owner,
                 header: header_text(&header),
             };
@@ -199,7 +200,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let naming = Naming {
         registry: &registry,
         owner,
-        scope: &chat_id,
+        scope: &scope,
         recorder,
     };
     let header_aliases = aliases.iter().filter_map(|a| match a {
@@ -242,7 +243,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let mut started = Started {
         metrics: &m,
         route: &route,
-        chat_id: &chat_id,
+        scope: &scope,
         run_id: run.id(),
         counted: false,
     };
@@ -292,7 +293,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     info!(
         "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
         run.id(),
-        chat_id,
+        scope,
         outcome.as_str(),
         end.reason.map_or("-", EndReason::as_str),
         run.started().elapsed().as_secs_f64(),
@@ -437,7 +438,7 @@ async fn read(
 struct Naming<'a> {
     registry: &'a Registry,
     owner: Owner,
-    scope: &'a str,
+    scope: &'a Scope,
     /// The run's shared-journal writer, told about each alias.
     recorder: Option<Recorder>,
 }
@@ -447,10 +448,11 @@ impl Naming<'_> {
         if alias.is_empty() || alias.len() > 256 {
             return;
         }
-        self.registry.index(&self.owner, alias, self.scope, run);
-        run.set_alias(alias);
+        let alias = RunId::from(alias);
+        self.registry.index(&self.owner, &alias, self.scope, run);
+        run.set_alias(&alias);
         if let Some(r) = &self.recorder {
-            r.alias(alias);
+            r.alias(&alias);
         }
         info!("run {}: known to the backend as {alias:?}", run.id());
     }
@@ -461,8 +463,9 @@ impl Naming<'_> {
 struct Started<'a> {
     metrics: &'a Metrics,
     route: &'a str,
-    chat_id: &'a str,
-    run_id: &'a str,
+    /// The chat's scope (logged as its chat).
+    scope: &'a Scope,
+    run_id: &'a RunId,
     counted: bool,
 }
 
@@ -478,7 +481,7 @@ impl Started<'_> {
         info!(
             "run {} started: chat {:?} route {} format {}",
             self.run_id,
-            self.chat_id,
+            self.scope,
             self.route,
             kind.as_str()
         );

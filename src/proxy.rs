@@ -23,6 +23,7 @@ use pingora_proxy::{ProxyHttp, Session};
 use crate::config::{match_route, Captures, Route, RouteKind};
 use crate::error::{ApiError, Code};
 use crate::state::auth::Owner;
+use crate::vocab::{RunId, Scope};
 pub use assets::CLIENT_PATH;
 use session::finish;
 pub use shared::Shared;
@@ -40,14 +41,14 @@ impl Sidecar {
 
     /// Brings what the shared journal knows of the chat at `scope` (its current run, and run
     /// `run_id` when given) into the registry before a lookup. Nothing without a journal.
-    pub(crate) async fn sync_chat(&self, scope: &str, owner: &Owner, run_id: Option<&str>) {
+    pub(crate) async fn sync_chat(&self, scope: &Scope, owner: &Owner, run_id: Option<&RunId>) {
         if let Some(j) = &self.shared.journal {
             j.sync_chat(scope, *owner, run_id).await;
         }
     }
 
     /// Like [`Self::sync_chat`] for a run named by id or alias.
-    pub(crate) async fn sync_id(&self, owner: &Owner, id: &str) {
+    pub(crate) async fn sync_id(&self, owner: &Owner, id: &RunId) {
         if let Some(j) = &self.shared.journal {
             j.sync_id(*owner, id).await;
         }

@@ -46,6 +46,7 @@ use crate::metrics::{label_enum, Counters, Metrics};
 use crate::state::auth::{Auth, Owner};
 use crate::state::registry::Registry;
 use crate::state::run::Run;
+use crate::vocab::{RunId, Scope};
 pub(crate) use bell::Bell;
 pub use conn::pipeline_answers;
 pub(crate) use conn::Conn;
@@ -82,14 +83,14 @@ pub struct RunKeys {
     pub bell: String,
 }
 
-/// The hash tag of a chat scope.
-fn tag(scope: &str) -> String {
-    blake3::hash(scope.as_bytes()).to_hex()[..16].to_string()
+/// The hash tag of a chat scope (or an owner's id-index key).
+fn tag(key: &str) -> String {
+    blake3::hash(key.as_bytes()).to_hex()[..16].to_string()
 }
 
 impl RunKeys {
     /// The keys of run `run` of the chat at `scope`.
-    pub fn new(scope: &str, run: &str) -> Self {
+    pub fn new(scope: &Scope, run: &RunId) -> Self {
         let c = tag(scope);
         RunKeys {
             chat: format!("tj:{{{c}}}:chat"),
@@ -102,13 +103,13 @@ impl RunKeys {
 }
 
 /// The chat pointer key of a scope.
-fn chat_key(scope: &str) -> String {
+fn chat_key(scope: &Scope) -> String {
     format!("tj:{{{}}}:chat", tag(scope))
 }
 
 /// The id-index key of a run id or alias for `owner`.
-fn id_key(owner: &Owner, id: &str) -> String {
-    format!("tj:{{i:{}}}:id", tag(&Auth::scope(owner, id)))
+fn id_key(owner: &Owner, id: &RunId) -> String {
+    format!("tj:{{i:{}}}:id", tag(&Auth::id_key(owner, id)))
 }
 
 label_enum! {
@@ -221,7 +222,7 @@ pub struct Replica {
     bus: Conn,
     pipe: pipe::Pipe,
     bells: DashMap<String, Arc<Bell>>,
-    producers: DashMap<String, Weak<Run>>,
+    producers: DashMap<RunId, Weak<Run>>,
     /// Mirrors followed here, by their run's meta key (which names the chat too).
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
@@ -327,23 +328,22 @@ impl Replica {
 
     /// Makes the registry show what the journal knows of the chat at `scope`: its current run,
     /// and run `run_id` when given (mirrors built as needed). Quiet when Redis is down.
-    pub async fn sync_chat(self: &Arc<Self>, scope: &str, owner: Owner, run_id: Option<&str>) {
+    pub async fn sync_chat(self: &Arc<Self>, scope: &Scope, owner: Owner, run_id: Option<&RunId>) {
         follower::sync_chat(self, scope, owner, run_id).await
     }
 
     /// Like [`Self::sync_chat`] for a run named by tether's run id or an alias.
-    pub async fn sync_id(self: &Arc<Self>, owner: Owner, id: &str) {
+    pub async fn sync_id(self: &Arc<Self>, owner: Owner, id: &RunId) {
         follower::sync_id(self, owner, id).await
     }
 
     /// Registers a run produced here for control messages.
     pub(crate) fn producing(&self, run: &Arc<Run>) {
-        self.producers
-            .insert(run.id().to_string(), Arc::downgrade(run));
+        self.producers.insert(run.id().clone(), Arc::downgrade(run));
     }
 
     /// Forgets a run produced here.
-    pub(crate) fn produced(&self, run_id: &str) {
+    pub(crate) fn produced(&self, run_id: &RunId) {
         self.producers.remove(run_id);
     }
 }

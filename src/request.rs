@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::config::KeySource;
 use crate::error::{ApiError, Code};
+use crate::vocab::{ChatId, RunId};
 
 /// Longest chat id accepted, in bytes.
 pub const MAX_CHAT_ID: usize = 256;
@@ -21,7 +22,7 @@ pub const MAX_CANCEL_ID: usize = 128;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordRequest {
     /// The chat the run belongs to.
-    pub chat_id: String,
+    pub chat_id: ChatId,
     /// Whether the requester asked for protocol-1 frames.
     pub protocol1: bool,
     /// The body as a JSON object, when the route read it as one.
@@ -32,9 +33,9 @@ pub struct RecordRequest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StopRequest {
     /// The chat whose run to stop.
-    pub chat_id: String,
+    pub chat_id: ChatId,
     /// The run to stop (default: the chat's current run).
-    pub run_id: Option<String>,
+    pub run_id: Option<RunId>,
     /// An idempotency key: a repeated stop names the run the first one stopped.
     pub cancel_request_id: Option<String>,
 }
@@ -122,7 +123,7 @@ pub fn check_run_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// A required chat id named `name`: present, a string, and valid.
-pub fn chat_id_value(v: Option<&Value>, name: &str) -> Result<String, ApiError> {
+pub fn chat_id_value(v: Option<&Value>, name: &str) -> Result<ChatId, ApiError> {
     match v {
         None | Some(Value::Null) => Err(ApiError::new(
             Code::MissingChatId,
@@ -130,7 +131,7 @@ pub fn chat_id_value(v: Option<&Value>, name: &str) -> Result<String, ApiError> 
         )),
         Some(Value::String(s)) => {
             check_chat_id(s)?;
-            Ok(s.clone())
+            Ok(ChatId::from(s.as_str()))
         }
         Some(_) => Err(ApiError::new(
             Code::InvalidChatId,
@@ -140,12 +141,12 @@ pub fn chat_id_value(v: Option<&Value>, name: &str) -> Result<String, ApiError> 
 }
 
 /// An optional run id: absent, null, or a valid run id string.
-pub fn run_id_value(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+pub fn run_id_value(v: Option<&Value>) -> Result<Option<RunId>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => {
             check_run_id(s)?;
-            Ok(Some(s.clone()))
+            Ok(Some(RunId::from(s.as_str())))
         }
         Some(_) => Err(ApiError::new(Code::InvalidRunId, "run_id must be a string")),
     }
@@ -245,7 +246,7 @@ pub fn chat_id(
     source: &KeySource,
     parts: &Parts<'_>,
     body: Option<&Map<String, Value>>,
-) -> Result<String, ApiError> {
+) -> Result<ChatId, ApiError> {
     let v = key(source, parts, body, Code::InvalidChatId)?;
     chat_id_value(v.as_ref(), source.label())
 }
@@ -310,7 +311,7 @@ pub fn cancel_request_id(v: Option<&Value>) -> Result<Option<String>, ApiError> 
 
 /// Parses a status request (no body is read). A `body:<field>` route reads the query parameter
 /// `<field>`.
-pub fn status(from: &KeySource, parts: &Parts<'_>) -> Result<String, ApiError> {
+pub fn status(from: &KeySource, parts: &Parts<'_>) -> Result<ChatId, ApiError> {
     chat_id(from, parts, None)
 }
 

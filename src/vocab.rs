@@ -1,6 +1,9 @@
 //! The words every layer shares, importing nothing else of the crate: the label macro, how a run
-//! ends, and the kinds of formats and dialects.
+//! ends, the kinds of formats and dialects, and the id types.
 
 pub mod end;
+pub mod id;
 pub mod kinds;
 pub mod label;
+
+pub use id::{ChatId, RunId, Scope};

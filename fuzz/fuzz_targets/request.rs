@@ -133,7 +133,7 @@ fuzz_target!(|input: Input| {
             let again = protocol1::last_event_id(&format!("{run}:{seq}")).expect("round trip");
             assert_eq!(again, (run, seq));
         }
-        let _ = dialect::last_event_id::injected(&input.run_id, v);
+        let _ = dialect::last_event_id::injected(&input.run_id.as_str().into(), v);
     }
     if let Some(q) = input.query.as_deref() {
         let q = Query::parse(Some(q));
@@ -159,7 +159,7 @@ fuzz_target!(|input: Input| {
     }
 
     // The verbatim dialects' cursors, against an empty run with a raw record.
-    let run = MemoryJournal::with_raw("r", 4, Some(1024));
+    let run = MemoryJournal::with_raw(&"r".into(), 4, Some(1024));
     let dialects: [&dyn Verbatim; 4] = [
         &dialect::from_start::FromStart {
             completed: Completed::default(),
@@ -173,6 +173,6 @@ fuzz_target!(|input: Input| {
         },
     ];
     for d in dialects {
-        let _ = d.plan("r", &run, input.cursor.as_deref());
+        let _ = d.plan(&"r".into(), &run, input.cursor.as_deref());
     }
 });

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::deliver::observer::{heartbeats, idle, Exit, Sink};
 use crate::dialect::{from_start, Plan};
 use crate::state::run::Run;
+use crate::vocab::RunId;
 
 /// Raw frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
@@ -29,7 +30,7 @@ pub struct Options {
 }
 
 /// Appends raw frame `index` of `run_id`, with an injected id line when asked.
-fn put_frame(out: &mut BytesMut, run_id: &str, index: u64, frame: &[u8], inject: bool) {
+fn put_frame(out: &mut BytesMut, run_id: &RunId, index: u64, frame: &[u8], inject: bool) {
     if !inject || frame.is_empty() {
         out.put_slice(frame);
         return;

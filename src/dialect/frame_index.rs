@@ -7,6 +7,7 @@ use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::vocab::RunId;
 
 /// The `frame_index` dialect: expired and unknown are `404`.
 #[derive(Debug)]
@@ -19,7 +20,7 @@ impl Verbatim for FrameIndex {
 
     fn plan(
         &self,
-        _run_id: &str,
+        _run_id: &RunId,
         run: &dyn Journal,
         cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError> {

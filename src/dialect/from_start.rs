@@ -11,6 +11,7 @@ use crate::config::{Completed, DialectKind};
 use crate::error::ApiError;
 use crate::journal::Journal;
 use crate::journal::SnapshotCapture;
+use crate::vocab::RunId;
 
 /// The `from_start` dialect.
 #[derive(Debug)]
@@ -26,7 +27,7 @@ impl Verbatim for FromStart {
 
     fn plan(
         &self,
-        _run_id: &str,
+        _run_id: &RunId,
         run: &dyn Journal,
         _cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError> {

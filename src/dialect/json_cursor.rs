@@ -8,6 +8,7 @@ use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::vocab::RunId;
 
 /// The `json_cursor` dialect.
 #[derive(Debug)]
@@ -23,7 +24,7 @@ impl Verbatim for JsonCursor {
 
     fn plan(
         &self,
-        _run_id: &str,
+        _run_id: &RunId,
         run: &dyn Journal,
         cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError> {

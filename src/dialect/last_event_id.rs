@@ -9,6 +9,7 @@ use crate::error::ApiError;
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::vocab::RunId;
 
 /// The `last_event_id` dialect.
 #[derive(Debug)]
@@ -18,7 +19,7 @@ pub struct LastEventId {
 }
 
 /// The frame index of an id tether injected into `run`'s frames (`<run_id>:<index>`).
-pub fn injected(run_id: &str, id: &str) -> Option<u64> {
+pub fn injected(run_id: &RunId, id: &str) -> Option<u64> {
     let (named, index) = id.rsplit_once(':')?;
     (named == run_id).then(|| index.parse().ok())?
 }
@@ -30,7 +31,7 @@ impl Verbatim for LastEventId {
 
     fn plan(
         &self,
-        run_id: &str,
+        run_id: &RunId,
         run: &dyn Journal,
         cursor: Option<&str>,
     ) -> Result<Result<Plan, Refusal>, ApiError> {

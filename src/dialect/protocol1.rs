@@ -14,6 +14,7 @@ use crate::frame::{self, EventEncoder};
 use crate::record::compact::Capture;
 use crate::request;
 use crate::vocab::end::End;
+use crate::vocab::RunId;
 
 /// Protocol 1.
 #[derive(Debug, Clone, Copy, Default)]
@@ -33,15 +34,15 @@ impl Dialect for Protocol1 {
         }
     }
 
-    fn snapshot(&self, run_id: &str, seq: u64, history: &Capture) -> Bytes {
+    fn snapshot(&self, run_id: &RunId, seq: u64, history: &Capture) -> Bytes {
         frame::snapshot(run_id, seq, history)
     }
 
-    fn event(&self, out: &mut BytesMut, run_id: &str, seq: u64, event: &[u8]) {
+    fn event(&self, out: &mut BytesMut, run_id: &RunId, seq: u64, event: &[u8]) {
         EventEncoder::new(run_id).write(out, seq, event);
     }
 
-    fn end(&self, run_id: &str, end: &End) -> Bytes {
+    fn end(&self, run_id: &RunId, end: &End) -> Bytes {
         frame::end(run_id, end)
     }
 }
@@ -67,7 +68,7 @@ fn parse_cursor(s: &str, name: &str) -> Result<u64, ApiError> {
 }
 
 /// Parses `Last-Event-ID: <run_id>:<seq>`.
-pub fn last_event_id(v: &str) -> Result<(String, u64), ApiError> {
+pub fn last_event_id(v: &str) -> Result<(RunId, u64), ApiError> {
     let (run, seq) = v.rsplit_once(':').ok_or_else(|| {
         ApiError::new(
             Code::InvalidLastEventId,
@@ -75,7 +76,7 @@ pub fn last_event_id(v: &str) -> Result<(String, u64), ApiError> {
         )
     })?;
     request::check_run_id(run)?;
-    Ok((run.to_string(), parse_cursor(seq, "Last-Event-ID seq")?))
+    Ok((RunId::from(run), parse_cursor(seq, "Last-Event-ID seq")?))
 }
 
 fn wait_ms(v: Option<u64>, max_wait: Duration) -> Duration {

@@ -17,6 +17,7 @@ use crate::frame::EventEncoder;
 use crate::record::compact::Compactor;
 use crate::record::format::Event;
 use crate::vocab::end::End;
+use crate::vocab::RunId;
 
 #[derive(Debug)]
 struct State {
@@ -45,12 +46,12 @@ pub struct MemoryJournal {
 
 impl MemoryJournal {
     /// An empty log for run `run_id`, keeping the last `window` events as frames.
-    pub fn new(run_id: &str, window: usize) -> Self {
+    pub fn new(run_id: &RunId, window: usize) -> Self {
         Self::with_raw(run_id, window, None)
     }
 
     /// Like [`Self::new`], also keeping the raw record within `raw_cap` bytes when given.
-    pub fn with_raw(run_id: &str, window: usize, raw_cap: Option<usize>) -> Self {
+    pub fn with_raw(run_id: &RunId, window: usize, raw_cap: Option<usize>) -> Self {
         MemoryJournal {
             encoder: EventEncoder::new(run_id),
             state: Mutex::new(State {
@@ -74,7 +75,7 @@ impl MemoryJournal {
     /// checkpoint, at or after `at`'s events), and its raw record (when kept) starts at frame
     /// `raw_first`. Events are added by [`Self::append_at`].
     pub fn mirror(
-        run_id: &str,
+        run_id: &RunId,
         window: usize,
         raw_cap: Option<usize>,
         at: u64,

@@ -7,6 +7,7 @@ use super::*;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
 use crate::vocab::end::EndReason;
+use crate::vocab::RunId;
 
 fn ev(json: &'static str) -> Event {
     Agui.classify(&SseEvent {
@@ -18,12 +19,12 @@ fn ev(json: &'static str) -> Event {
 
 #[test]
 fn the_first_end_wins_and_takes_the_head_as_its_seq() {
-    let j = MemoryJournal::new("r", 8);
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
     j.append(&[
         ev(r#"{"type":"RUN_STARTED"}"#),
         ev(r#"{"type":"RUN_FINISHED"}"#),
     ]);
-    let (end, set) = j.end(End::superseded("r2"));
+    let (end, set) = j.end(End::superseded(&RunId::from("r2")));
     assert!(set);
     assert_eq!((end.seq, end.superseded), (2, true));
     let (end, set) = j.end(End::finished(true, None));
@@ -34,7 +35,7 @@ fn the_first_end_wins_and_takes_the_head_as_its_seq() {
 
 #[test]
 fn nothing_is_appended_after_the_end() {
-    let j = MemoryJournal::new("r", 8);
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
     j.end(End::finished(false, Some(EndReason::Cancelled)));
     assert_eq!(j.append(&[ev(r#"{"type":"X"}"#)]).events, 0);
     assert_eq!(j.head(), 0);
@@ -42,7 +43,7 @@ fn nothing_is_appended_after_the_end() {
 
 #[tokio::test]
 async fn readers_are_woken_by_a_batch_an_end_and_a_wake() {
-    let j = MemoryJournal::new("r", 8);
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
     let mut rx = j.subscribe();
     j.append(&[ev(r#"{"type":"X"}"#)]);
     assert!(rx.has_changed().unwrap());

@@ -55,7 +55,7 @@ impl Sidecar {
         }
         let owner = self.owner(session)?;
         let scope = Auth::scope(&owner, &req.chat_id);
-        self.sync_chat(&scope, &owner, req.run_id.as_deref()).await;
+        self.sync_chat(&scope, &owner, req.run_id.as_ref()).await;
         if let (Some(id), Some(after)) = (&req.run_id, req.after_seq) {
             // A mirror a little behind the producer: a cursor just ahead of it waits for the
             // follower (up to a second) before it counts as a future cursor.
@@ -73,7 +73,7 @@ impl Sidecar {
             &s.registry,
             &scope,
             &owner,
-            req.run_id.as_deref(),
+            req.run_id.as_ref(),
             req.after_seq,
         );
         if matches!(decision, Decision::Missing) {

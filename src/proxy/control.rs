@@ -11,7 +11,7 @@ use log::{info, warn};
 use pingora_proxy::Session;
 use serde_json::json;
 
-use super::resume::{first_key, Lookup};
+use super::resume::{first_key, run_key, Lookup};
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
 use crate::config::Answer;
@@ -23,10 +23,11 @@ use crate::stall::Stall;
 use crate::state::auth::Auth;
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
+use crate::vocab::{RunId, Scope};
 
 /// What a stop names: the run, the id the client named it by, the chat's scope when known, and
 /// the cancel request id.
-type Target = (Arc<Run>, Option<String>, Option<String>, Option<String>);
+type Target = (Arc<Run>, Option<RunId>, Option<Scope>, Option<String>);
 
 /// How long a stop waits for the producer before answering 202.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -117,8 +118,8 @@ impl Sidecar {
         let done = stopped(&run, STOP_WAIT).await;
         let persisted = done && run.end().is_some_and(|e| e.persisted);
         let run_id = match route.answer {
-            Answer::Igraph => named.unwrap_or_else(|| run.id().to_string()),
-            _ => run.id().to_string(),
+            Answer::Igraph => named.unwrap_or_else(|| run.id().clone()),
+            _ => run.id().clone(),
         };
         let body = match route.answer {
             Answer::CancelRequested => json!({"cancelRequested": true}),
@@ -154,7 +155,7 @@ impl Sidecar {
         let scope = request::chat_id(&route.chat_id, parts, Some(&map))
             .ok()
             .map(|c| Auth::scope(owner, &c));
-        let named = first_key(&route.run, parts, Some(&map))?;
+        let named = run_key(&route.run, parts, Some(&map))?;
         if let Some(id) = &named {
             if let Some((chat, run)) = reg.by_id(owner, id) {
                 return Ok((run, named.clone(), Some(chat), cancel_id));
@@ -191,7 +192,7 @@ impl Sidecar {
             return Some(Lookup::Chat(Auth::scope(owner, &req.chat_id), req.run_id));
         }
         let map = request::control_body(&route.chat_id, body).ok()?;
-        if let Ok(Some(id)) = first_key(&route.run, parts, Some(&map)) {
+        if let Ok(Some(id)) = run_key(&route.run, parts, Some(&map)) {
             return Some(Lookup::Id(id));
         }
         let chat = request::chat_id(&route.chat_id, parts, Some(&map)).ok()?;
@@ -234,7 +235,7 @@ impl Sidecar {
                     true => request::status(&m.route.chat_id, &parts)
                         .ok()
                         .map(|c| Lookup::Chat(Auth::scope(&owner, &c), None)),
-                    false => first_key(&m.route.run, &parts, None)
+                    false => run_key(&m.route.run, &parts, None)
                         .ok()
                         .flatten()
                         .map(Lookup::Id),
@@ -259,9 +260,9 @@ impl Sidecar {
                 )
             }
             false => {
-                let named = first_key(&m.route.run, &parts, None)?;
+                let named = run_key(&m.route.run, &parts, None)?;
                 let run = named
-                    .as_deref()
+                    .as_ref()
                     .and_then(|id| s.registry.by_id(&owner, id))
                     .map(|(_, r)| r);
                 (run, named)
@@ -278,7 +279,7 @@ impl Sidecar {
             let stopped = !run.is_producing();
             let persisted = end.as_ref().is_some_and(|e| e.persisted);
             let v = json!({
-                "run_id": named.unwrap_or_else(|| run.id().to_string()),
+                "run_id": named.unwrap_or_else(|| run.id().clone()),
                 "status": match (&end, stopped) {
                     (None, _) | (Some(_), false) => "running",
                     (Some(e), true) if e.persisted => "completed",

@@ -24,13 +24,14 @@ use crate::state::attach::Start;
 use crate::state::auth::{Auth, Owner};
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::mint_run_id;
+use crate::vocab::{ChatId, RunId};
 
 /// A turn ready to forward: its registration, run id, body, and how its requester reads it.
 pub(crate) struct Turn {
     /// The chat's pending registration.
     pub(crate) pending: Pending,
     /// The run id minted for it.
-    pub(crate) run_id: String,
+    pub(crate) run_id: RunId,
     /// The request body.
     pub(crate) body: Bytes,
     /// The requester reads the upstream bytes unchanged (not protocol 1).
@@ -62,7 +63,7 @@ impl Sidecar {
             // is a chat of its own, found by its aliases.
             Err(e) if e.code == Code::MissingChatId && !m.route.aliases.is_empty() => {
                 RecordRequest {
-                    chat_id: format!("~{}", mint_run_id()),
+                    chat_id: ChatId::from(format!("~{}", mint_run_id())),
                     protocol1: false,
                     body: None,
                 }
@@ -100,7 +101,7 @@ impl Sidecar {
         session: &mut Session,
         route: &Route,
         owner: &Owner,
-        chat_id: &str,
+        chat_id: &ChatId,
     ) -> Option<Handled> {
         let KeySource::Header(name) = route.resume_on.as_ref()? else {
             return None;
@@ -108,11 +109,9 @@ impl Sidecar {
         let id = super::session::header_value(session, name)?;
         let reg = &self.shared.registry;
         let scope = Auth::scope(owner, chat_id);
-        let run_id = id.rsplit_once(':').map(|(r, _)| r.to_string());
-        self.sync_chat(&scope, owner, run_id.as_deref()).await;
-        let named = id
-            .rsplit_once(':')
-            .and_then(|(run_id, _)| reg.find(&scope, owner, run_id));
+        let run_id = id.rsplit_once(':').map(|(r, _)| RunId::from(r));
+        self.sync_chat(&scope, owner, run_id.as_ref()).await;
+        let named = run_id.and_then(|run_id| reg.find(&scope, owner, &run_id));
         let run = named.or_else(|| reg.current(&scope, owner))?;
         let dialect = LastEventId {
             expired: Expired::FromStart,

@@ -23,6 +23,7 @@ use crate::request::{self, json_object, Parts, Query};
 use crate::state::auth::{Auth, Owner};
 use crate::state::run::Run;
 use crate::state::token;
+use crate::vocab::{RunId, Scope};
 
 /// The first of `sources` the request carries, as text.
 pub(crate) fn first_key(
@@ -40,12 +41,21 @@ pub(crate) fn first_key(
     Ok(None)
 }
 
+/// The run a request names by the first of `sources` it carries: tether's run id or an alias.
+pub(crate) fn run_key(
+    sources: &[KeySource],
+    parts: &Parts<'_>,
+    body: Option<&Map<String, Value>>,
+) -> Result<Option<RunId>, ApiError> {
+    Ok(first_key(sources, parts, body)?.map(RunId::from))
+}
+
 /// What a request names, for the shared journal's lookup before the registry's.
 pub(crate) enum Lookup {
     /// A run by tether's run id or an alias.
-    Id(String),
+    Id(RunId),
     /// A chat by scope, and one of its runs when named.
-    Chat(String, Option<String>),
+    Chat(Scope, Option<RunId>),
 }
 
 /// The status answer of a refused resume, and its metric result.
@@ -192,7 +202,7 @@ impl Sidecar {
         owner: &Owner,
     ) -> Result<Lookup, ApiError> {
         if !route.run.is_empty() {
-            return match first_key(&route.run, parts, body)? {
+            return match run_key(&route.run, parts, body)? {
                 Some(id) => Ok(Lookup::Id(id)),
                 None => Err(ApiError::new(
                     Code::InvalidRunId,
@@ -208,7 +218,7 @@ impl Sidecar {
     pub(crate) async fn sync_lookup(&self, lookup: &Lookup, owner: &Owner) {
         match lookup {
             Lookup::Id(id) => self.sync_id(owner, id).await,
-            Lookup::Chat(scope, run) => self.sync_chat(scope, owner, run.as_deref()).await,
+            Lookup::Chat(scope, run) => self.sync_chat(scope, owner, run.as_ref()).await,
         }
     }
 
@@ -220,10 +230,10 @@ impl Sidecar {
         parts: &Parts<'_>,
         body: Option<&Map<String, Value>>,
         owner: &Owner,
-    ) -> Result<(Option<Arc<Run>>, Option<String>), ApiError> {
+    ) -> Result<(Option<Arc<Run>>, Option<RunId>), ApiError> {
         let reg = &self.shared.registry;
         if !route.run.is_empty() {
-            let Some(id) = first_key(&route.run, parts, body)? else {
+            let Some(id) = run_key(&route.run, parts, body)? else {
                 return Err(ApiError::new(
                     Code::InvalidRunId,
                     "the request names no run",
@@ -295,7 +305,7 @@ impl Sidecar {
         let Some(tokens) = run.tokens() else {
             return;
         };
-        let name = run.alias().unwrap_or_else(|| run.id().to_string());
+        let name = run.alias().unwrap_or_else(|| run.id().clone());
         if let Some(h) = &tokens.run_id_header {
             let _ = header.insert_header(h.clone(), name.as_str());
         }

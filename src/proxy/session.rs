@@ -20,6 +20,7 @@ use crate::producer::{StreamCut, TeeReader};
 use crate::stall::Stall;
 use crate::state::attach::Start;
 use crate::state::run::{ObserverGuard, Run};
+use crate::vocab::RunId;
 
 /// How a handled request ended, for the adapter. Errors are [`ApiError`]s beside it.
 pub(crate) enum Reply {
@@ -127,7 +128,7 @@ async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
 }
 
 /// Starts a protocol-1 stream; false when the client is gone.
-pub(crate) async fn write_sse_header(session: &mut Session, run_id: &str) -> bool {
+pub(crate) async fn write_sse_header(session: &mut Session, run_id: &RunId) -> bool {
     let header = || -> Result<ResponseHeader> {
         // Kept by Pingora for the whole stream: no case map (the names are lower case anyway),
         // and room for the `date` and `connection` headers Pingora adds.
@@ -136,7 +137,7 @@ pub(crate) async fn write_sse_header(session: &mut Session, run_id: &str) -> boo
         h.insert_header("cache-control", "no-cache")?;
         h.insert_header("transfer-encoding", "chunked")?;
         h.insert_header("x-accel-buffering", "no")?;
-        h.insert_header("x-tether-run-id", run_id)?;
+        h.insert_header("x-tether-run-id", run_id.as_str())?;
         Ok(h)
     };
     match header() {

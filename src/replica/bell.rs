@@ -148,6 +148,7 @@ mod tests {
     use crate::record::compact::Compactor;
     use crate::record::format::Event;
     use crate::replica::codec;
+    use crate::vocab::RunId;
     use bytes::BytesMut;
 
     /// A doorbell carrying `n` events from seq `first`, as the append script rings it.
@@ -166,7 +167,7 @@ mod tests {
     #[test]
     fn an_entry_that_follows_on_is_applied_where_it_arrives_and_a_gap_waits_for_the_follower() {
         let j = Arc::new(MemoryJournal::mirror(
-            "r",
+            &RunId::from("r"),
             100,
             None,
             0,

@@ -12,6 +12,7 @@ use redis::{PushInfo, PushKind, Value};
 use super::{scripts, timed, Bell, Replica, RunKeys};
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
+use crate::vocab::Scope;
 
 impl Replica {
     /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a
@@ -47,7 +48,7 @@ impl Replica {
     /// Tells the producing replica of a mirror run to stop it: a durable flag on the run, then
     /// a message on the producer's control channel. Returns false when `run` is not a mirror
     /// here (its own producer handles the stop).
-    pub async fn stop_remote(&self, run: &Run, scope: &str, reason: EndReason) -> bool {
+    pub async fn stop_remote(&self, run: &Run, scope: &Scope, reason: EndReason) -> bool {
         if !run.is_mirror() {
             return false;
         }

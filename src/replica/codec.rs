@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use crate::journal::raw::Frame;
 use crate::record::format::Event;
 use crate::vocab::end::{End, EndReason};
+use crate::vocab::RunId;
 
 const TRANSIENT: u8 = 1;
 const NAMED_EVENT: u8 = 2;
@@ -193,7 +194,7 @@ pub fn decode_end(text: &[u8], seq: u64) -> Option<End> {
         next_run_id: v
             .get("next_run_id")
             .and_then(Value::as_str)
-            .map(str::to_string),
+            .map(RunId::from),
         reason,
     })
 }

@@ -30,12 +30,18 @@ use crate::record::compact::Compactor;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
 use crate::vocab::end::End;
+use crate::vocab::{RunId, Scope};
 
 /// Stream entries read per call.
 const COUNT: usize = 1024;
 
 /// See [`Replica::sync_chat`].
-pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: Option<&str>) {
+pub(super) async fn sync_chat(
+    c: &Arc<Replica>,
+    scope: &Scope,
+    owner: Owner,
+    run_id: Option<&RunId>,
+) {
     let reg = &c.registry;
     let mut conn = c.conn();
     let cur: Option<String> = match timed(conn.hget(super::chat_key(scope), "run")).await {
@@ -45,10 +51,10 @@ pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_i
             return;
         }
     };
-    if let Some(cur) = cur {
+    if let Some(cur) = cur.map(RunId::from) {
         let replace = match reg.current(scope, &owner) {
             None => true,
-            Some(l) if l.id() == cur => false,
+            Some(l) if *l.id() == cur => false,
             Some(l) => l.is_mirror() || (l.end().is_some() && l.is_journaled()),
         };
         if replace && reg.find(scope, &owner, &cur).is_none() {
@@ -67,7 +73,7 @@ pub(super) async fn sync_chat(c: &Arc<Replica>, scope: &str, owner: Owner, run_i
 }
 
 /// See [`Replica::sync_id`].
-pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &str) {
+pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &RunId) {
     if c.registry.by_id(&owner, id).is_some() {
         return;
     }
@@ -79,10 +85,11 @@ pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &str) {
     let Some((scope, run_id)) = v.as_deref().and_then(|v| v.split_once('\n')) else {
         return;
     };
-    sync_chat(c, scope, owner, Some(run_id)).await;
-    if let Some(run) = c.registry.find(scope, &owner, run_id) {
-        c.registry.index(&owner, id, scope, &run);
-        if id != run_id {
+    let (scope, run_id) = (Scope::from(scope), RunId::from(run_id));
+    sync_chat(c, &scope, owner, Some(&run_id)).await;
+    if let Some(run) = c.registry.find(&scope, &owner, &run_id) {
+        c.registry.index(&owner, id, &scope, &run);
+        if *id != run_id {
             run.set_alias(id);
         }
     }
@@ -92,7 +99,7 @@ pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &str) {
 /// with its follower, bound to `owner` (the owner whose scope names the run's keys). `None` when
 /// the journal does not know the run in that chat. Mirrors are kept by their chat's keys, so a
 /// run id named in another owner's chat never reaches this one.
-async fn mirror(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: &str) -> Option<Arc<Run>> {
+async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -> Option<Arc<Run>> {
     let _one = c.creating.lock().await;
     let keys = RunKeys::new(scope, run_id);
     if let Some(run) = c.mirrors.get(&keys.m).and_then(|w| w.upgrade()) {
@@ -108,10 +115,7 @@ async fn mirror(c: &Arc<Replica>, scope: &str, owner: Owner, run_id: &str) -> Op
         }
     };
     let journal = Arc::new(seed.journal);
-    let run = Arc::new(Run::with_journal(
-        run_id.to_string(),
-        Box::new(journal.clone()),
-    ));
+    let run = Arc::new(Run::with_journal(run_id.clone(), Box::new(journal.clone())));
     run.set_mirror();
     run.bind_owner(owner);
     if let Some(h) = header(&seed.header) {
@@ -258,7 +262,7 @@ fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
 ///
 /// The window before the checkpoint is read too, unless the stream has a hole there (a re-base
 /// moved the head past batches it never wrote): then the mirror starts at the checkpoint.
-async fn seed(c: &Replica, keys: &RunKeys, run_id: &str) -> Option<Seed> {
+async fn seed(c: &Replica, keys: &RunKeys, run_id: &RunId) -> Option<Seed> {
     let mut conn = c.conn();
     let mut hole = false;
     for _ in 0..3 {
@@ -415,7 +419,7 @@ impl Follower {
     }
 
     /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease).
-    async fn reap_if_lost(&self, run_id: &str) {
+    async fn reap_if_lost(&self, run_id: &RunId) {
         let mut conn = self.c.conn();
         let r: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> = timed(
             redis::cmd("HMGET")

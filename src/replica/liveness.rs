@@ -13,6 +13,7 @@ use redis::AsyncCommands;
 
 use super::{codec, scripts, timed, Conn, Replica, RunKeys};
 use crate::vocab::end::{End, EndReason};
+use crate::vocab::{RunId, Scope};
 
 /// The set naming every replica life (`<id>\n<lease>`) that may have live runs.
 const LEASES: &str = "tj:leases";
@@ -71,7 +72,7 @@ impl Replica {
     }
 
     /// Lists a run produced here for the reaper (liveness written first).
-    pub(crate) async fn register_run(&self, scope: &str, run: &str) -> redis::RedisResult<()> {
+    pub(crate) async fn register_run(&self, scope: &Scope, run: &RunId) -> redis::RedisResult<()> {
         let mut conn = self.conn();
         self.touch_alive(&mut conn).await?;
         let key = Replica::runs_key(&self.cfg.replica_id, &self.lease);
@@ -81,7 +82,7 @@ impl Replica {
 
     /// Takes a run this replica produced off the reaper's list (quiet when Redis is down: a
     /// stale member is dropped by the reaper once the run has ended).
-    pub(crate) async fn unregister_run(&self, scope: &str, run: &str) {
+    pub(crate) async fn unregister_run(&self, scope: &Scope, run: &RunId) {
         let mut conn = self.conn();
         let key = Replica::runs_key(&self.cfg.replica_id, &self.lease);
         let _ = timed(conn.srem::<_, _, ()>(&key, format!("{run}\n{scope}"))).await;
@@ -113,8 +114,9 @@ impl Replica {
             let Some(runs) = runs else { continue };
             for member in &runs {
                 if let Some((run, scope)) = member.split_once('\n') {
-                    let keys = RunKeys::new(scope, run);
-                    if self.end_lost(&mut conn, &keys, run, id, lease).await? {
+                    let (scope, run) = (Scope::from(scope), RunId::from(run));
+                    let keys = RunKeys::new(&scope, &run);
+                    if self.end_lost(&mut conn, &keys, &run, id, lease).await? {
                         ended += 1;
                     }
                 }
@@ -132,7 +134,7 @@ impl Replica {
         &self,
         conn: &mut Conn,
         keys: &RunKeys,
-        run: &str,
+        run: &RunId,
         producer: &str,
         lease: &str,
     ) -> redis::RedisResult<bool> {
@@ -147,7 +149,7 @@ impl Replica {
                 .arg(codec::encode_end(&end))
                 .arg(self.retention.as_millis() as u64)
                 .arg(&keys.bell)
-                .arg(run)
+                .arg(run.as_str())
                 .arg("0")
                 .arg(self.publish_command())
                 .invoke_async(conn),

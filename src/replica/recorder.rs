@@ -16,6 +16,7 @@ use crate::journal::raw::{Frame, Seek};
 use crate::journal::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::record::format::Event;
 use crate::vocab::end::End;
+use crate::vocab::RunId;
 
 /// Messages queued per run before the journal degrades for it.
 const QUEUE: usize = 4096;
@@ -23,7 +24,7 @@ const QUEUE: usize = 4096;
 pub(super) enum Msg {
     End(End),
     Done,
-    Alias(String),
+    Alias(RunId),
 }
 
 pub(super) struct Core {
@@ -48,7 +49,7 @@ impl std::fmt::Debug for Recorder {
 
 impl Recorder {
     /// A journal for run `run_id` and the receiver its writer reads.
-    pub fn new(run_id: &str, window: usize, raw_cap: Option<usize>) -> (Self, WriterInbox) {
+    pub fn new(run_id: &RunId, window: usize, raw_cap: Option<usize>) -> (Self, WriterInbox) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let core = Arc::new(Core {
             inner: MemoryJournal::with_raw(run_id, window, raw_cap),
@@ -66,8 +67,8 @@ impl Recorder {
     }
 
     /// Tells the journal about an alias of the run (indexed for every replica).
-    pub fn alias(&self, alias: &str) {
-        self.send(Msg::Alias(alias.to_string()));
+    pub fn alias(&self, alias: &RunId) {
+        self.send(Msg::Alias(alias.clone()));
     }
 }
 

@@ -28,11 +28,12 @@ use crate::journal::Journal;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
 use crate::vocab::end::{End, EndReason};
+use crate::vocab::Scope;
 
 /// What the writer needs besides the run: where it lives in Redis and its metadata.
 pub struct Meta {
     /// The chat's scope.
-    pub scope: String,
+    pub scope: Scope,
     /// Who recorded it.
     pub owner: Owner,
     /// The upstream response header, for verbatim readers elsewhere.
@@ -216,7 +217,7 @@ impl Writer {
                 Inv::new(&scripts::TOUCH, &[&k.chat, &k.m, &k.s, &k.k])
                     .arg(&self.cluster.lease)
                     .arg(self.ttl_ms())
-                    .arg(self.run.id()),
+                    .arg(self.run.id().as_str()),
             )
             .await;
         match r {

@@ -203,7 +203,7 @@ fn json_pointers_reach_nested_fields_and_unescape() {
 }
 
 fn chat_of(s: &KeySource, body: &[u8]) -> Result<String, ApiError> {
-    record(s, body, &NONE).map(|r| r.chat_id)
+    record(s, body, &NONE).map(|r| r.chat_id.to_string())
 }
 
 #[test]

@@ -9,6 +9,7 @@ use crate::metrics::ResetReason;
 use crate::state::auth::Owner;
 use crate::state::registry::Registry;
 use crate::state::run::Run;
+use crate::vocab::{RunId, Scope};
 
 /// How an observer starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,9 +44,9 @@ pub enum Decision {
 /// `run_id` without `after_seq` counts as cursor 0.
 pub fn decide(
     registry: &Registry,
-    scope: &str,
+    scope: &Scope,
     owner: &Owner,
-    run_id: Option<&str>,
+    run_id: Option<&RunId>,
     after: Option<u64>,
 ) -> Decision {
     let current = registry.current(scope, owner);
@@ -89,7 +90,7 @@ pub fn decide(
 /// even if it completed before this waiter got to it: the client asked for that turn.
 pub async fn wait_for_run(
     registry: &Registry,
-    scope: &str,
+    scope: &Scope,
     owner: &Owner,
     wait: Duration,
 ) -> Decision {

@@ -10,6 +10,7 @@ use http::HeaderMap;
 
 use crate::config::Subject;
 use crate::error::{ApiError, Code};
+use crate::vocab::{ChatId, RunId, Scope};
 
 /// A caller's identity: the keyed hash of its subject, or none when auth is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -100,10 +101,19 @@ impl Auth {
     }
 
     /// The registry key of `chat_id` for `owner`.
-    pub fn scope(owner: &Owner, chat_id: &str) -> String {
+    pub fn scope(owner: &Owner, chat_id: &ChatId) -> Scope {
         match &owner.0 {
-            None => chat_id.to_string(),
-            Some(h) => format!("{}/{chat_id}", h.to_hex()),
+            None => Scope::from(chat_id.as_str()),
+            Some(h) => Scope::from(format!("{}/{chat_id}", h.to_hex())),
+        }
+    }
+
+    /// The id-index key of run id (or alias) `id` for `owner`: the same form as a scope, so an
+    /// id is found only by the owner it was indexed for.
+    pub fn id_key(owner: &Owner, id: &RunId) -> String {
+        match &owner.0 {
+            None => id.to_string(),
+            Some(h) => format!("{}/{id}", h.to_hex()),
         }
     }
 }
@@ -136,8 +146,11 @@ mod tests {
         let b = auth.owner(&headers(&[("x-user", "bob")])).unwrap();
         assert!(a.is(&auth.owner(&headers(&[("x-user", "alice")])).unwrap()));
         assert!(!a.is(&b));
-        assert_ne!(Auth::scope(&a, "c"), Auth::scope(&b, "c"));
-        assert!(!Auth::scope(&a, "c").contains("alice"));
+        assert_ne!(
+            Auth::scope(&a, &ChatId::from("c")),
+            Auth::scope(&b, &ChatId::from("c"))
+        );
+        assert!(!Auth::scope(&a, &ChatId::from("c")).contains("alice"));
         assert_eq!(auth.owner(&headers(&[])).unwrap_err().status(), 401);
     }
 
@@ -153,7 +166,7 @@ mod tests {
             .owner(&headers(&[("authorization", "Bearer t")]))
             .is_ok());
         let none = Auth::new(Subject::None).owner(&headers(&[])).unwrap();
-        assert_eq!(Auth::scope(&none, "c"), "c");
+        assert_eq!(Auth::scope(&none, &ChatId::from("c")), "c");
     }
 
     #[test]

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use crate::state::auth::{Auth, Owner};
 use crate::state::run::Run;
+use crate::vocab::{RunId, Scope};
 
 /// Superseded runs kept per chat for cursor reads (the oldest goes first).
 const MAX_OLDER: usize = 4;
@@ -34,11 +35,11 @@ struct Chat {
     current: Option<Arc<Run>>,
     older: Vec<Arc<Run>>,
     /// Run ids of record requests forwarded whose upstream has not answered yet.
-    pending: Vec<String>,
+    pending: Vec<RunId>,
     /// An `on_miss = record` attach is fetching the backend's live stream.
     attach_recording: bool,
     /// `cancel_request_id` → the run it stopped.
-    cancels: VecDeque<(String, String)>,
+    cancels: VecDeque<(String, RunId)>,
 }
 
 impl Chat {
@@ -92,7 +93,7 @@ pub enum Admission {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Busy {
     /// The chat has this run active or pending (`SingleFlight`).
-    Running(String),
+    Running(RunId),
     /// Another attach is already fetching the chat's live stream, or it has a run
     /// (`AttachRecord`).
     Fetching,
@@ -101,10 +102,10 @@ pub enum Busy {
 /// Chats and their runs.
 #[derive(Debug)]
 pub struct Registry {
-    chats: DashMap<String, Chat>,
+    chats: DashMap<Scope, Chat>,
     /// Runs by id: tether's run id and each alias, scoped by owner ([`Auth::scope`]) → the
     /// chat's scope and the run.
-    ids: DashMap<String, (String, Arc<Run>)>,
+    ids: DashMap<String, (Scope, Arc<Run>)>,
     live: watch::Sender<u64>,
     retention: Duration,
     max_chats: usize,
@@ -134,9 +135,9 @@ impl std::fmt::Debug for EvictHook {
 #[derive(Debug)]
 pub struct Pending {
     registry: Arc<Registry>,
-    scope: String,
+    scope: Scope,
     owner: Owner,
-    run_id: String,
+    run_id: RunId,
     attach: bool,
 }
 
@@ -154,7 +155,7 @@ impl Drop for Pending {
 
 impl Pending {
     /// The scope (registry key) of the chat.
-    pub fn scope(&self) -> &str {
+    pub fn scope(&self) -> &Scope {
         &self.scope
     }
 
@@ -182,13 +183,13 @@ impl Registry {
         })
     }
 
-    fn pending(self: &Arc<Self>, scope: &str, run_id: &str, attach: bool) -> Pending {
+    fn pending(self: &Arc<Self>, scope: &Scope, run_id: &RunId, attach: bool) -> Pending {
         let owner = self.chats.get(scope).map(|c| c.owner).unwrap_or_default();
         Pending {
             registry: self.clone(),
-            scope: scope.to_string(),
+            scope: scope.clone(),
             owner,
-            run_id: run_id.to_string(),
+            run_id: run_id.clone(),
             attach,
         }
     }
@@ -198,15 +199,15 @@ impl Registry {
     /// separates owners.
     pub fn register(
         self: &Arc<Self>,
-        scope: &str,
+        scope: &Scope,
         owner: Owner,
-        run_id: &str,
+        run_id: &RunId,
         admit: Admission,
     ) -> Result<Pending, Busy> {
         self.maybe_sweep();
         let mut chat = self
             .chats
-            .entry(scope.to_string())
+            .entry(scope.clone())
             .or_insert_with(|| Chat::new(owner));
         match admit {
             Admission::Always => {}
@@ -219,7 +220,7 @@ impl Registry {
                     .as_ref()
                     .filter(|r| r.is_producing() && r.end().is_none())
                 {
-                    return Err(Busy::Running(r.id().to_string()));
+                    return Err(Busy::Running(r.id().clone()));
                 }
             }
             Admission::AttachRecord => {
@@ -229,7 +230,7 @@ impl Registry {
                 chat.attach_recording = true;
             }
         }
-        chat.pending.push(run_id.to_string());
+        chat.pending.push(run_id.clone());
         drop(chat);
         Ok(self.pending(scope, run_id, admit == Admission::AttachRecord))
     }
@@ -275,14 +276,14 @@ impl Registry {
     /// current run (a previous run produced here and still live is superseded, as by
     /// [`Self::go_live`]) or as one of its older runs. A run recorded for another owner is
     /// never adopted (it supersedes nothing and is found by no one here).
-    pub fn adopt(&self, scope: &str, owner: Owner, run: Arc<Run>, current: bool) {
+    pub fn adopt(&self, scope: &Scope, owner: Owner, run: Arc<Run>, current: bool) {
         if !run.bind_owner(owner) {
             return;
         }
         {
             let mut chat = self
                 .chats
-                .entry(scope.to_string())
+                .entry(scope.clone())
                 .or_insert_with(|| Chat::new(owner));
             if !chat.owner.is(&owner) || chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
                 return;
@@ -312,19 +313,19 @@ impl Registry {
     /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
     /// alias (the backend's id for the run). A later run with the same alias takes it over.
     /// Nothing happens unless `owner` recorded the run.
-    pub fn index(&self, owner: &Owner, id: &str, scope: &str, run: &Arc<Run>) {
+    pub fn index(&self, owner: &Owner, id: &RunId, scope: &Scope, run: &Arc<Run>) {
         if !run.is_owned_by(owner) {
             return;
         }
-        let key = Auth::scope(owner, id);
+        let key = Auth::id_key(owner, id);
         run.add_index_key(&key);
-        self.ids.insert(key, (scope.to_string(), run.clone()));
+        self.ids.insert(key, (scope.clone(), run.clone()));
     }
 
     /// A run by tether's run id or an alias, with its chat's scope, if `owner` recorded it.
-    pub fn by_id(&self, owner: &Owner, id: &str) -> Option<(String, Arc<Run>)> {
+    pub fn by_id(&self, owner: &Owner, id: &RunId) -> Option<(Scope, Arc<Run>)> {
         self.maybe_sweep();
-        let entry = self.ids.get(&Auth::scope(owner, id))?;
+        let entry = self.ids.get(&Auth::id_key(owner, id))?;
         let found = entry.value().clone();
         drop(entry);
         // A run the registry let go of is no longer reachable.
@@ -342,7 +343,7 @@ impl Registry {
     }
 
     /// The chat's current run, if `owner` recorded it.
-    pub fn current(&self, scope: &str, owner: &Owner) -> Option<Arc<Run>> {
+    pub fn current(&self, scope: &Scope, owner: &Owner) -> Option<Arc<Run>> {
         self.maybe_sweep();
         let chat = self.chats.get(scope)?;
         chat.current
@@ -351,7 +352,7 @@ impl Registry {
     }
 
     /// A run of the chat by id (the current one or one it superseded), if `owner` recorded it.
-    pub fn find(&self, scope: &str, owner: &Owner, run_id: &str) -> Option<Arc<Run>> {
+    pub fn find(&self, scope: &Scope, owner: &Owner, run_id: &RunId) -> Option<Arc<Run>> {
         let chat = self.chats.get(scope)?;
         let found = chat
             .runs()
@@ -361,11 +362,11 @@ impl Registry {
     }
 
     /// Remembers that `cancel_id` stopped `run_id`, for idempotent retries.
-    pub fn remember_cancel(&self, scope: &str, cancel_id: &str, run_id: &str) {
+    pub fn remember_cancel(&self, scope: &Scope, cancel_id: &str, run_id: &RunId) {
         if let Some(mut chat) = self.chats.get_mut(scope) {
             if chat.cancels.iter().all(|(c, _)| c != cancel_id) {
                 chat.cancels
-                    .push_back((cancel_id.to_string(), run_id.to_string()));
+                    .push_back((cancel_id.to_string(), run_id.clone()));
                 if chat.cancels.len() > MAX_CANCELS {
                     chat.cancels.pop_front();
                 }
@@ -374,7 +375,7 @@ impl Registry {
     }
 
     /// The run an earlier stop with `cancel_id` named.
-    pub fn cancelled_run(&self, scope: &str, owner: &Owner, cancel_id: &str) -> Option<String> {
+    pub fn cancelled_run(&self, scope: &Scope, owner: &Owner, cancel_id: &str) -> Option<RunId> {
         let chat = self.chats.get(scope).filter(|c| c.owner.is(owner))?;
         let found = chat
             .cancels

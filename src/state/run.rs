@@ -22,17 +22,18 @@ use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
 use crate::record::format::Event;
 use crate::state::auth::Owner;
 use crate::vocab::end::{End, EndReason};
+use crate::vocab::RunId;
 
 /// A fresh transport run id: 128 random bits as 22 URL-safe base64 characters. It appears twice
 /// in every frame, so it is kept short.
-pub fn mint_run_id() -> String {
-    URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>())
+pub fn mint_run_id() -> RunId {
+    RunId::from(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
 }
 
 /// One recorded run.
 #[derive(Debug)]
 pub struct Run {
-    id: String,
+    id: RunId,
     journal: Box<dyn Journal>,
     cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
     observers: AtomicUsize,
@@ -47,7 +48,7 @@ pub struct Run {
     /// The registry's id-index keys of this run (its id and aliases), removed with it.
     index_keys: Mutex<Vec<String>>,
     /// The run's first alias, when the backend named it.
-    alias: Mutex<Option<String>>,
+    alias: Mutex<Option<RunId>>,
     /// The upstream's response header, replayed to verbatim readers.
     header: Mutex<Option<Arc<pingora_http::ResponseHeader>>>,
     /// The resume-token headers its record route hands out.
@@ -62,14 +63,14 @@ pub struct Run {
 
 impl Run {
     /// A new, live run with an in-memory journal keeping the last `window` events as frames.
-    pub fn new(id: impl Into<String>, window: usize) -> Self {
+    pub fn new(id: impl Into<RunId>, window: usize) -> Self {
         let id = id.into();
         let journal = Box::new(MemoryJournal::new(&id, window));
         Run::with_journal(id, journal)
     }
 
     /// A new, live run over `journal`.
-    pub fn with_journal(id: String, journal: Box<dyn Journal>) -> Self {
+    pub fn with_journal(id: RunId, journal: Box<dyn Journal>) -> Self {
         let now = Instant::now();
         Run {
             id,
@@ -137,7 +138,7 @@ impl Run {
     }
 
     /// A new, live run whose journal also keeps a raw record of `raw_cap` bytes when given.
-    pub fn with_raw(id: impl Into<String>, window: usize, raw_cap: Option<usize>) -> Self {
+    pub fn with_raw(id: impl Into<RunId>, window: usize, raw_cap: Option<usize>) -> Self {
         let id = id.into();
         let journal = Box::new(MemoryJournal::with_raw(&id, window, raw_cap));
         Run::with_journal(id, journal)
@@ -154,12 +155,12 @@ impl Run {
     }
 
     /// Records the backend's name for the run (the first one wins).
-    pub fn set_alias(&self, alias: &str) {
-        self.alias.lock().get_or_insert_with(|| alias.to_string());
+    pub fn set_alias(&self, alias: &RunId) {
+        self.alias.lock().get_or_insert_with(|| alias.clone());
     }
 
     /// The backend's name for the run, if it has one.
-    pub fn alias(&self) -> Option<String> {
+    pub fn alias(&self) -> Option<RunId> {
         self.alias.lock().clone()
     }
 
@@ -174,7 +175,7 @@ impl Run {
     }
 
     /// The transport run id.
-    pub fn id(&self) -> &str {
+    pub fn id(&self) -> &RunId {
         &self.id
     }
 
@@ -314,7 +315,7 @@ impl Run {
 
     /// Ends the run for its observers because `next` replaced it; the producer keeps going.
     /// Returns false when the run had already ended.
-    pub fn supersede(&self, next: &str) -> bool {
+    pub fn supersede(&self, next: &RunId) -> bool {
         self.journal.end(End::superseded(next)).1
     }
 

@@ -8,10 +8,11 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::state::auth::Owner;
+use crate::vocab::RunId;
 
 type HmacSha256 = Hmac<Sha256>;
 
-fn mac(secret: &[u8], run: &str, owner: &Owner, expiry: u64) -> Option<HmacSha256> {
+fn mac(secret: &[u8], run: &RunId, owner: &Owner, expiry: u64) -> Option<HmacSha256> {
     let mut m = HmacSha256::new_from_slice(secret).ok()?;
     m.update(run.as_bytes());
     m.update(&[0]);
@@ -29,7 +30,7 @@ pub fn now() -> u64 {
 }
 
 /// A token for `run` (the id the client will name it by) and `owner`, valid until `expiry`.
-pub fn mint(secret: &[u8], run: &str, owner: &Owner, expiry: u64) -> String {
+pub fn mint(secret: &[u8], run: &RunId, owner: &Owner, expiry: u64) -> String {
     let sig = mac(secret, run, owner, expiry)
         .map(|m| URL_SAFE_NO_PAD.encode(m.finalize().into_bytes()))
         .unwrap_or_default();
@@ -37,7 +38,7 @@ pub fn mint(secret: &[u8], run: &str, owner: &Owner, expiry: u64) -> String {
 }
 
 /// Whether `token` was minted for `run` and `owner` with `secret` and has not expired at `now`.
-pub fn verify(secret: &[u8], run: &str, owner: &Owner, token: &str, now: u64) -> bool {
+pub fn verify(secret: &[u8], run: &RunId, owner: &Owner, token: &str, now: u64) -> bool {
     let Some((expiry, sig)) = token.split_once('.') else {
         return false;
     };
@@ -60,25 +61,37 @@ mod tests {
     #[test]
     fn a_token_checks_for_its_run_and_owner_until_it_expires() {
         let (secret, owner) = (b"s3cret".as_slice(), Owner::default());
-        let t = mint(secret, "run-1", &owner, 1_000);
-        assert!(verify(secret, "run-1", &owner, &t, 999));
-        assert!(verify(secret, "run-1", &owner, &t, 1_000));
-        assert!(!verify(secret, "run-1", &owner, &t, 1_001), "expired");
-        assert!(!verify(secret, "run-2", &owner, &t, 999), "another run");
+        let t = mint(secret, &RunId::from("run-1"), &owner, 1_000);
+        assert!(verify(secret, &RunId::from("run-1"), &owner, &t, 999));
+        assert!(verify(secret, &RunId::from("run-1"), &owner, &t, 1_000));
         assert!(
-            !verify(b"other", "run-1", &owner, &t, 999),
+            !verify(secret, &RunId::from("run-1"), &owner, &t, 1_001),
+            "expired"
+        );
+        assert!(
+            !verify(secret, &RunId::from("run-2"), &owner, &t, 999),
+            "another run"
+        );
+        assert!(
+            !verify(b"other", &RunId::from("run-1"), &owner, &t, 999),
             "another secret"
         );
         let foreign = crate::state::auth::Owner::of(b"someone");
-        assert!(!verify(secret, "run-1", &foreign, &t, 999), "another owner");
+        assert!(
+            !verify(secret, &RunId::from("run-1"), &foreign, &t, 999),
+            "another owner"
+        );
         let (exp, sig) = t.split_once('.').unwrap();
         let later = format!("{}.{sig}", exp.parse::<u64>().unwrap() + 100);
         assert!(
-            !verify(secret, "run-1", &owner, &later, 999),
+            !verify(secret, &RunId::from("run-1"), &owner, &later, 999),
             "expiry is signed"
         );
         for junk in ["", ".", "x.y", "1000", "1000.", "1000.!!"] {
-            assert!(!verify(secret, "run-1", &owner, junk, 999), "{junk:?}");
+            assert!(
+                !verify(secret, &RunId::from("run-1"), &owner, junk, 999),
+                "{junk:?}"
+            );
         }
     }
 }

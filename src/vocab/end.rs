@@ -1,5 +1,6 @@
 //! How a run ends: whether its answer was saved, whether a newer run replaced it, and why not.
 
+use super::id::RunId;
 use super::label::label_enum;
 
 label_enum! {
@@ -47,7 +48,7 @@ pub struct End {
     /// Whether a newer run of the chat replaced this one.
     pub superseded: bool,
     /// The replacing run, when superseded.
-    pub next_run_id: Option<String>,
+    pub next_run_id: Option<RunId>,
     /// Why the run ended without being persisted.
     pub reason: Option<EndReason>,
 }
@@ -65,12 +66,12 @@ impl End {
     }
 
     /// The end of a run that `next` replaced; `seq` is set by the journal.
-    pub fn superseded(next: &str) -> End {
+    pub fn superseded(next: &RunId) -> End {
         End {
             seq: 0,
             persisted: false,
             superseded: true,
-            next_run_id: Some(next.to_string()),
+            next_run_id: Some(next.clone()),
             reason: Some(EndReason::Superseded),
         }
     }

@@ -4,8 +4,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use tether::state::auth::Auth;
 use tether::state::registry::Registry;
 use tether::state::run::Run;
+use tether::vocab::{ChatId, RunId};
 
 use super::{parse_file, request, Config, DemoOptions, Flags, Handle, Owner};
 
@@ -52,12 +54,15 @@ impl Sidecar {
 
     /// The current run of an anonymous chat.
     pub fn current_run(&self, chat_id: &str) -> Option<Arc<Run>> {
-        self.registry().current(chat_id, &Owner::NONE)
+        let scope = Auth::scope(&Owner::NONE, &ChatId::from(chat_id));
+        self.registry().current(&scope, &Owner::NONE)
     }
 
     /// A run of an anonymous chat by id.
     pub fn find_run(&self, chat_id: &str, run_id: &str) -> Option<Arc<Run>> {
-        self.registry().find(chat_id, &Owner::NONE, run_id)
+        let scope = Auth::scope(&Owner::NONE, &ChatId::from(chat_id));
+        self.registry()
+            .find(&scope, &Owner::NONE, &RunId::from(run_id))
     }
 }
 

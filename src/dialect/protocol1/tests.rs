@@ -30,7 +30,7 @@ fn parse(frame: &[u8]) -> (String, Value) {
 fn event_frame_embeds_the_event_verbatim() {
     let mut out = BytesMut::new();
     let ev = br#"{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hello"}"#;
-    let enc = EventEncoder::new("r1");
+    let enc = EventEncoder::new(&RunId::from("r1"));
     enc.write(&mut out, 43, ev);
     assert!(out.len() <= enc.max_len(ev.len()));
     assert_eq!(
@@ -42,7 +42,7 @@ fn event_frame_embeds_the_event_verbatim() {
 #[test]
 fn snapshot_frame_wraps_the_history() {
     let mut c = crate::record::compact::Compactor::new();
-    let empty = snapshot("r", 0, &c.capture());
+    let empty = snapshot(&RunId::from("r"), 0, &c.capture());
     assert_eq!(
         parse(&empty),
         (
@@ -58,7 +58,7 @@ fn snapshot_frame_wraps_the_history() {
             id: None,
         },
     ));
-    let (id, v) = parse(&snapshot("r", 1, &c.capture()));
+    let (id, v) = parse(&snapshot(&RunId::from("r"), 1, &c.capture()));
     assert_eq!(id, "r:1");
     assert_eq!(v["events"], json!([{"type":"RUN_STARTED"}]));
 }
@@ -66,7 +66,7 @@ fn snapshot_frame_wraps_the_history() {
 #[test]
 fn end_frame_carries_terminal_state() {
     let f = end(
-        "r",
+        &RunId::from("r"),
         &End {
             seq: 43,
             persisted: true,
@@ -83,7 +83,7 @@ fn end_frame_carries_terminal_state() {
         )
     );
     let f = end(
-        "r",
+        &RunId::from("r"),
         &End {
             seq: 7,
             persisted: false,
@@ -176,7 +176,7 @@ fn attach_get_reads_query_and_last_event_id() {
 #[test]
 fn an_event_frame_decodes_back_to_its_id_and_event() {
     let mut out = BytesMut::new();
-    EventEncoder::new("r").write(&mut out, 1, b"{}");
+    EventEncoder::new(&RunId::from("r")).write(&mut out, 1, b"{}");
     assert_eq!(
         &out[..],
         b"id: r:1\ndata: {\"type\":\"STREAM_EVENT\",\"run_id\":\"r\",\"seq\":1,\"event\":{}}\n\n"
@@ -197,14 +197,14 @@ fn an_event_frame_decodes_back_to_its_id_and_event() {
 #[test]
 fn the_cached_encoder_and_the_dialect_encode_the_same_bytes() {
     let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
-    EventEncoder::new("run-\"q\"").write(&mut a, 42, br#"{"type":"X"}"#);
-    Protocol1.event(&mut b, "run-\"q\"", 42, br#"{"type":"X"}"#);
+    EventEncoder::new(&RunId::from("run-\"q\"")).write(&mut a, 42, br#"{"type":"X"}"#);
+    Protocol1.event(&mut b, &RunId::from("run-\"q\""), 42, br#"{"type":"X"}"#);
     assert_eq!(a, b);
 }
 
 #[test]
 fn an_event_whose_sse_name_differs_from_its_type_carries_the_name() {
-    let enc = EventEncoder::new("r");
+    let enc = EventEncoder::new(&RunId::from("r"));
     let mut out = BytesMut::new();
     enc.write_named(&mut out, 3, br#"{"type":"x"}"#, b"named \"y\"");
     assert!(out.len() <= enc.max_len_named(12, 10));

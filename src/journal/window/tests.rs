@@ -7,6 +7,7 @@ use tokio::time::Instant;
 
 use super::{Window, MAX_BLOCK};
 use crate::frame::EventEncoder;
+use crate::vocab::RunId;
 
 fn event(seq: u64, len: usize) -> Vec<u8> {
     let mut j = format!("{{\"type\":\"T\",\"n\":{seq},\"pad\":\"").into_bytes();
@@ -33,7 +34,7 @@ fn read(w: &Window, enc: &EventEncoder, from: u64, max: usize) -> Vec<Bytes> {
 
 #[test]
 fn frames_read_back_as_the_encoder_writes_them_across_blocks_and_an_event_larger_than_a_block() {
-    let enc = EventEncoder::new("run-1");
+    let enc = EventEncoder::new(&RunId::from("run-1"));
     let mut w = Window::new(1_000, 1);
     let lens = [10, 300, 2_000, MAX_BLOCK + 5, 40, 900, 17];
     for (i, len) in lens.iter().enumerate() {
@@ -55,7 +56,7 @@ fn frames_read_back_as_the_encoder_writes_them_across_blocks_and_an_event_larger
 
 #[test]
 fn an_event_with_an_sse_name_reads_back_as_a_named_frame() {
-    let enc = EventEncoder::new("r");
+    let enc = EventEncoder::new(&RunId::from("r"));
     let mut w = Window::new(10, 1);
     w.push(b"{\"type\":\"a\"}", Some(b"custom-name"), Instant::now());
     w.push(b"{\"type\":\"b\"}", None, Instant::now());
@@ -72,7 +73,7 @@ fn an_event_with_an_sse_name_reads_back_as_a_named_frame() {
 
 #[test]
 fn the_cap_drops_the_oldest_events_and_reads_start_at_the_first_kept() {
-    let enc = EventEncoder::new("r");
+    let enc = EventEncoder::new(&RunId::from("r"));
     let mut w = Window::new(3, 1);
     for seq in 1..=5 {
         w.push(&event(seq, 50), None, Instant::now());
@@ -87,7 +88,7 @@ fn the_cap_drops_the_oldest_events_and_reads_start_at_the_first_kept() {
 
 #[test]
 fn a_mirror_window_starts_at_its_seq() {
-    let enc = EventEncoder::new("r");
+    let enc = EventEncoder::new(&RunId::from("r"));
     let mut w = Window::new(10, 41);
     w.push(&event(41, 20), None, Instant::now());
     assert_eq!(w.first(), 41);
@@ -110,7 +111,7 @@ fn blocks_are_freed_once_the_window_slides_past_them() {
 
 #[test]
 fn a_read_returns_the_arrival_of_its_last_event() {
-    let enc = EventEncoder::new("r");
+    let enc = EventEncoder::new(&RunId::from("r"));
     let mut w = Window::new(10, 1);
     let t1 = Instant::now();
     w.push(b"{}", None, t1);
@@ -130,7 +131,7 @@ proptest! {
         cap in 1usize..40,
         ops in prop::collection::vec((0usize..3_000, any::<bool>(), 0u64..50, 1usize..8), 1..150),
     ) {
-        let enc = EventEncoder::new("run");
+        let enc = EventEncoder::new(&RunId::from("run"));
         let mut w = Window::new(cap, 1);
         let mut pushed: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
         for (len, named, back, max) in ops {

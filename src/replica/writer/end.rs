@@ -104,7 +104,7 @@ impl Writer {
                 .arg(codec::encode_end(end))
                 .arg(self.cluster.retention.as_millis() as u64)
                 .arg(&self.keys.bell)
-                .arg(self.run.id())
+                .arg(self.run.id().as_str())
                 .arg(if self.run.is_producing() { "1" } else { "0" })
                 .arg(self.cluster.publish_command()),
         )

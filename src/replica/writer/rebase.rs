@@ -13,6 +13,7 @@ use super::super::{scripts, timed, RunKeys};
 use super::Writer;
 use crate::journal::{Journal, SnapshotCapture};
 use crate::vocab::end::{End, EndReason};
+use crate::vocab::RunId;
 
 impl Writer {
     /// Writes the run (again) at the local head: at go-live, after a degraded spell, or when
@@ -66,7 +67,7 @@ impl Writer {
                     return;
                 }
             };
-            let prev = prev.unwrap_or_default();
+            let prev = RunId::from(prev.unwrap_or_default());
             let pk = RunKeys::new(&self.meta.scope, &prev);
             let body = match cap.seq {
                 0 => Bytes::new(),
@@ -90,12 +91,12 @@ impl Writer {
                 .call(
                     Inv::new(&scripts::UPSERT, &[&k.chat, &k.m, &k.s, &k.k, &pk.m, &pk.s])
                         .arg(mode)
-                        .arg(self.run.id())
-                        .arg(&prev)
+                        .arg(self.run.id().as_str())
+                        .arg(prev.as_str())
                         .arg(&c.lease)
                         .arg(&c.cfg.replica_id)
                         .arg(c.window)
-                        .arg(&self.meta.scope)
+                        .arg(self.meta.scope.as_str())
                         .arg(self.ttl_ms())
                         .arg(cap.seq)
                         .arg(&body[..])
@@ -128,7 +129,7 @@ impl Writer {
                 Some(b"retry") => continue,
                 Some(b"superseded") => {
                     let next = v.get(1).map(|b| String::from_utf8_lossy(b).into_owned());
-                    self.settle(End::superseded(&next.unwrap_or_default()));
+                    self.settle(End::superseded(&RunId::from(next.unwrap_or_default())));
                     return;
                 }
                 _ => {

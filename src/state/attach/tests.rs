@@ -22,7 +22,12 @@ fn text(d: &str) -> crate::record::format::Event {
 
 fn live(reg: &Arc<Registry>, chat: &str, id: &str, window: usize) -> Arc<Run> {
     let p = reg
-        .register(chat, Owner::NONE, id, Admission::Always)
+        .register(
+            &Scope::from(chat),
+            Owner::NONE,
+            &RunId::from(id),
+            Admission::Always,
+        )
         .unwrap();
     let run = Arc::new(Run::new(id, window));
     reg.go_live(&p, run.clone());
@@ -33,12 +38,12 @@ fn live(reg: &Arc<Registry>, chat: &str, id: &str, window: usize) -> Arc<Run> {
 fn attach_table_without_cursor() {
     let reg = Registry::new(Duration::from_secs(60), 8);
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
+        decide(&reg, &Scope::from("c"), &Owner::NONE, None, None),
         Decision::Missing
     ));
     let run = live(&reg, "c", "r1", 8);
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
+        decide(&reg, &Scope::from("c"), &Owner::NONE, None, None),
         Decision::Serve {
             start: Start::Snapshot,
             reset: None,
@@ -47,7 +52,7 @@ fn attach_table_without_cursor() {
     ));
     run.finish(false, Some(crate::vocab::end::EndReason::UpstreamReset));
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
+        decide(&reg, &Scope::from("c"), &Owner::NONE, None, None),
         Decision::Serve {
             start: Start::Snapshot,
             ..
@@ -56,7 +61,7 @@ fn attach_table_without_cursor() {
     let run2 = live(&reg, "c", "r2", 8);
     run2.finish(true, None);
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, None, None),
+        decide(&reg, &Scope::from("c"), &Owner::NONE, None, None),
         Decision::NoContent
     ));
 }
@@ -65,7 +70,13 @@ fn attach_table_without_cursor() {
 fn attach_table_with_cursor() {
     let reg = Registry::new(Duration::from_secs(60), 8);
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3)),
+        decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("nope")),
+            Some(3)
+        ),
         Decision::NoContent
     ));
     let run = live(&reg, "c", "r1", 2);
@@ -81,19 +92,43 @@ fn attach_table_with_cursor() {
         other => panic!("{other:?}"),
     };
     assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("nope"), Some(3))),
+        reset(decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("nope")),
+            Some(3)
+        )),
         Some(ResetReason::UnknownRun)
     );
     assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(9))),
+        reset(decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("r1")),
+            Some(9)
+        )),
         Some(ResetReason::FutureCursor)
     );
     assert_eq!(
-        reset(decide(&reg, "c", &Owner::NONE, Some("r1"), Some(1))),
+        reset(decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("r1")),
+            Some(1)
+        )),
         Some(ResetReason::ExpiredCursor)
     );
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(3)),
+        decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("r1")),
+            Some(3)
+        ),
         Decision::Serve {
             start: Start::After(3),
             reset: None,
@@ -103,7 +138,13 @@ fn attach_table_with_cursor() {
     run.finish(true, None);
     // At the head of a completed run: served from the cursor, which yields just STREAM_END.
     assert!(matches!(
-        decide(&reg, "c", &Owner::NONE, Some("r1"), Some(4)),
+        decide(
+            &reg,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Some(&RunId::from("r1")),
+            Some(4)
+        ),
         Decision::Serve {
             start: Start::After(4),
             ..
@@ -115,17 +156,28 @@ fn attach_table_with_cursor() {
 async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
     let reg = Registry::new(Duration::from_secs(60), 8);
     let r2 = reg.clone();
-    let waiter =
-        tokio::spawn(
-            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
-        );
+    let waiter = tokio::spawn(async move {
+        wait_for_run(
+            &r2,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Duration::from_secs(30),
+        )
+        .await
+    });
     tokio::task::yield_now().await;
     live(&reg, "c", "r1", 8);
     match waiter.await.unwrap() {
         Decision::Serve { run, .. } => assert_eq!(run.id(), "r1"),
         other => panic!("{other:?}"),
     }
-    let d = wait_for_run(&reg, "none", &Owner::NONE, Duration::from_millis(1)).await;
+    let d = wait_for_run(
+        &reg,
+        &Scope::from("none"),
+        &Owner::NONE,
+        Duration::from_millis(1),
+    )
+    .await;
     assert!(matches!(d, Decision::NoContent));
 }
 
@@ -133,20 +185,31 @@ async fn waiting_attach_gets_the_run_as_soon_as_it_is_live() {
 async fn a_waiting_attach_waits_exactly_wait_ms_for_a_run() {
     let reg = Registry::new(Duration::from_secs(60), 8);
     let start = tokio::time::Instant::now();
-    let d = wait_for_run(&reg, "c", &Owner::NONE, Duration::from_secs(30)).await;
+    let d = wait_for_run(
+        &reg,
+        &Scope::from("c"),
+        &Owner::NONE,
+        Duration::from_secs(30),
+    )
+    .await;
     assert!(matches!(d, Decision::NoContent));
     assert_eq!(start.elapsed(), Duration::from_secs(30));
 
     let r2 = reg.clone();
-    let waiter =
-        tokio::spawn(
-            async move { wait_for_run(&r2, "c", &Owner::NONE, Duration::from_secs(30)).await },
-        );
+    let waiter = tokio::spawn(async move {
+        wait_for_run(
+            &r2,
+            &Scope::from("c"),
+            &Owner::NONE,
+            Duration::from_secs(30),
+        )
+        .await
+    });
     tokio::time::sleep(Duration::from_secs(29)).await;
     live(&reg, "c", "r1", 8);
     match waiter.await.unwrap() {
         Decision::Serve { run, start: s, .. } => {
-            assert_eq!((run.id(), s), ("r1", Start::Snapshot));
+            assert_eq!((run.id().as_str(), s), ("r1", Start::Snapshot));
         }
         other => panic!("{other:?}"),
     }

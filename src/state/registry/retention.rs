@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::{Registry, Swept};
 use crate::state::run::Run;
+use crate::vocab::Scope;
 
 impl Registry {
     pub(super) fn maybe_sweep(&self) {
@@ -77,8 +78,8 @@ impl Registry {
 
     /// Chats whose runs have all completed, in eviction order: each next one is the oldest
     /// completion of the owner then holding the most of them (ties: the older completion).
-    fn idle_chats(&self) -> Vec<String> {
-        let mut by_owner: HashMap<Vec<u8>, Vec<(Instant, String)>> = HashMap::new();
+    fn idle_chats(&self) -> Vec<Scope> {
+        let mut by_owner: HashMap<Vec<u8>, Vec<(Instant, Scope)>> = HashMap::new();
         for c in self.chats.iter().filter(|c| !c.is_busy()) {
             if let Some(t) = c.completed_at() {
                 by_owner
@@ -87,7 +88,7 @@ impl Registry {
                     .push((t, c.key().clone()));
             }
         }
-        let mut owners: Vec<VecDeque<(Instant, String)>> = by_owner
+        let mut owners: Vec<VecDeque<(Instant, Scope)>> = by_owner
             .into_values()
             .map(|mut chats| {
                 chats.sort();

@@ -9,7 +9,9 @@ fn reg(retention: Duration, max_chats: usize) -> Arc<Registry> {
 const ANY: Owner = Owner::NONE;
 
 fn live(reg: &Arc<Registry>, chat: &str, id: &str) -> Arc<Run> {
-    let p = reg.register(chat, ANY, id, Admission::Always).unwrap();
+    let p = reg
+        .register(&Scope::from(chat), ANY, &RunId::from(id), Admission::Always)
+        .unwrap();
     let run = Arc::new(Run::new(id, 16));
     reg.go_live(&p, run.clone());
     run
@@ -23,12 +25,21 @@ fn a_new_run_supersedes_the_active_one_but_not_a_completed_one() {
     let end = a.end().unwrap();
     assert!(end.superseded);
     assert_eq!(end.next_run_id.as_deref(), Some("b"));
-    assert!(Arc::ptr_eq(&reg.current("c", &ANY).unwrap(), &b));
-    assert!(Arc::ptr_eq(&reg.find("c", &ANY, "a").unwrap(), &a));
+    assert!(Arc::ptr_eq(
+        &reg.current(&Scope::from("c"), &ANY).unwrap(),
+        &b
+    ));
+    assert!(Arc::ptr_eq(
+        &reg.find(&Scope::from("c"), &ANY, &RunId::from("a"))
+            .unwrap(),
+        &a
+    ));
     b.finish(true, None);
     let _c = live(&reg, "c", "c2");
     assert!(!b.end().unwrap().superseded);
-    assert!(reg.find("other", &ANY, "a").is_none());
+    assert!(reg
+        .find(&Scope::from("other"), &ANY, &RunId::from("a"))
+        .is_none());
     assert_eq!(reg.run_count(), 3);
 }
 
@@ -42,46 +53,84 @@ fn another_owner_sees_nothing() {
     h.insert("x-u", "bob".parse().unwrap());
     let bob = auth.owner(&h).unwrap();
     let p = reg
-        .register("scope", alice, "r", Admission::Always)
+        .register(
+            &Scope::from("scope"),
+            alice,
+            &RunId::from("r"),
+            Admission::Always,
+        )
         .unwrap();
     reg.go_live(&p, Arc::new(Run::new("r", 4)));
-    assert!(reg.current("scope", &alice).is_some());
-    assert!(reg.current("scope", &bob).is_none());
-    assert!(reg.find("scope", &bob, "r").is_none());
+    assert!(reg.current(&Scope::from("scope"), &alice).is_some());
+    assert!(reg.current(&Scope::from("scope"), &bob).is_none());
+    assert!(reg
+        .find(&Scope::from("scope"), &bob, &RunId::from("r"))
+        .is_none());
 }
 
 #[test]
 fn a_run_recorded_for_one_owner_is_never_adopted_indexed_or_found_for_another() {
     let reg = reg(Duration::from_secs(60), 8);
     let (alice, mallory) = (Owner::of(b"alice"), Owner::of(b"mallory"));
-    let p = reg.register("a/c", alice, "r", Admission::Always).unwrap();
+    let p = reg
+        .register(
+            &Scope::from("a/c"),
+            alice,
+            &RunId::from("r"),
+            Admission::Always,
+        )
+        .unwrap();
     let theirs = Arc::new(Run::new("r", 4));
     reg.go_live(&p, theirs.clone());
     let p = reg
-        .register("m/c", mallory, "m", Admission::Always)
+        .register(
+            &Scope::from("m/c"),
+            mallory,
+            &RunId::from("m"),
+            Admission::Always,
+        )
         .unwrap();
     let mine = Arc::new(Run::new("m", 4));
     reg.go_live(&p, mine.clone());
     // The way a shared journal's mirror of alice's run could reach mallory's chat.
-    reg.adopt("m/c", mallory, theirs.clone(), true);
-    reg.adopt("m/c", mallory, theirs.clone(), false);
-    reg.index(&mallory, "alias", "m/c", &theirs);
+    reg.adopt(&Scope::from("m/c"), mallory, theirs.clone(), true);
+    reg.adopt(&Scope::from("m/c"), mallory, theirs.clone(), false);
+    reg.index(
+        &mallory,
+        &RunId::from("alias"),
+        &Scope::from("m/c"),
+        &theirs,
+    );
     assert!(mine.end().is_none(), "mallory's run is not superseded");
-    assert!(Arc::ptr_eq(&reg.current("m/c", &mallory).unwrap(), &mine));
-    assert!(reg.find("m/c", &mallory, "r").is_none());
-    assert!(reg.by_id(&mallory, "r").is_none());
-    assert!(reg.by_id(&mallory, "alias").is_none());
+    assert!(Arc::ptr_eq(
+        &reg.current(&Scope::from("m/c"), &mallory).unwrap(),
+        &mine
+    ));
+    assert!(reg
+        .find(&Scope::from("m/c"), &mallory, &RunId::from("r"))
+        .is_none());
+    assert!(reg.by_id(&mallory, &RunId::from("r")).is_none());
+    assert!(reg.by_id(&mallory, &RunId::from("alias")).is_none());
     assert_eq!(reg.run_count(), 2);
     // Alice still finds it everywhere she recorded it.
-    assert!(Arc::ptr_eq(&reg.find("a/c", &alice, "r").unwrap(), &theirs));
-    assert!(Arc::ptr_eq(&reg.by_id(&alice, "r").unwrap().1, &theirs));
+    assert!(Arc::ptr_eq(
+        &reg.find(&Scope::from("a/c"), &alice, &RunId::from("r"))
+            .unwrap(),
+        &theirs
+    ));
+    assert!(Arc::ptr_eq(
+        &reg.by_id(&alice, &RunId::from("r")).unwrap().1,
+        &theirs
+    ));
 }
 
 #[test]
 fn pending_registration_wakes_waiters_when_it_ends() {
     let reg = reg(Duration::from_secs(60), 8);
     let rx = reg.subscribe();
-    let p = reg.register("c", ANY, "r", Admission::Always).unwrap();
+    let p = reg
+        .register(&Scope::from("c"), ANY, &RunId::from("r"), Admission::Always)
+        .unwrap();
     drop(p);
     assert!(rx.has_changed().unwrap());
     assert_eq!(reg.chats(), 1);
@@ -93,38 +142,73 @@ fn pending_registration_wakes_waiters_when_it_ends() {
 fn single_flight_refuses_while_a_run_is_pending_or_active() {
     let reg = reg(Duration::from_secs(60), 8);
     let p = reg
-        .register("c", ANY, "r1", Admission::SingleFlight)
+        .register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r1"),
+            Admission::SingleFlight,
+        )
         .unwrap();
     assert_eq!(
-        reg.register("c", ANY, "r2", Admission::SingleFlight)
-            .unwrap_err(),
+        reg.register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r2"),
+            Admission::SingleFlight
+        )
+        .unwrap_err(),
         Busy::Running("r1".into())
     );
     let run = Arc::new(Run::new("r1", 4));
     reg.go_live(&p, run.clone());
     drop(p);
     assert_eq!(
-        reg.register("c", ANY, "r3", Admission::SingleFlight)
-            .unwrap_err(),
+        reg.register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r3"),
+            Admission::SingleFlight
+        )
+        .unwrap_err(),
         Busy::Running("r1".into())
     );
     run.finish(true, None);
     assert!(reg
-        .register("c", ANY, "r4", Admission::SingleFlight)
+        .register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r4"),
+            Admission::SingleFlight
+        )
         .is_ok());
 }
 
 #[test]
 fn attach_record_is_single_flight() {
     let reg = reg(Duration::from_secs(60), 8);
-    let first = reg.register("c", ANY, "r1", Admission::AttachRecord);
+    let first = reg.register(
+        &Scope::from("c"),
+        ANY,
+        &RunId::from("r1"),
+        Admission::AttachRecord,
+    );
     assert!(first.is_ok());
     assert!(reg
-        .register("c", ANY, "r2", Admission::AttachRecord)
+        .register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r2"),
+            Admission::AttachRecord
+        )
         .is_err());
     drop(first);
     assert!(reg
-        .register("c", ANY, "r3", Admission::AttachRecord)
+        .register(
+            &Scope::from("c"),
+            ANY,
+            &RunId::from("r3"),
+            Admission::AttachRecord
+        )
         .is_ok());
 }
 
@@ -132,13 +216,19 @@ fn attach_record_is_single_flight() {
 fn cancel_ids_are_remembered_per_chat() {
     let reg = reg(Duration::from_secs(60), 8);
     live(&reg, "c", "r1");
-    reg.remember_cancel("c", "k1", "r1");
-    assert_eq!(reg.cancelled_run("c", &ANY, "k1").as_deref(), Some("r1"));
-    assert!(reg.cancelled_run("c", &ANY, "k2").is_none());
+    reg.remember_cancel(&Scope::from("c"), "k1", &RunId::from("r1"));
+    assert_eq!(
+        reg.cancelled_run(&Scope::from("c"), &ANY, "k1").as_deref(),
+        Some("r1")
+    );
+    assert!(reg.cancelled_run(&Scope::from("c"), &ANY, "k2").is_none());
     for i in 0..(MAX_CANCELS + 1) {
-        reg.remember_cancel("c", &format!("x{i}"), "r1");
+        reg.remember_cancel(&Scope::from("c"), &format!("x{i}"), &RunId::from("r1"));
     }
-    assert!(reg.cancelled_run("c", &ANY, "k1").is_none(), "bounded");
+    assert!(
+        reg.cancelled_run(&Scope::from("c"), &ANY, "k1").is_none(),
+        "bounded"
+    );
 }
 
 #[test]
@@ -149,8 +239,8 @@ fn completed_runs_expire_after_retention_and_active_ones_never() {
     let _active = live(&reg, "active", "b");
     let s = reg.sweep(Instant::now() + Duration::from_secs(1));
     assert_eq!(s.expired, 1);
-    assert!(reg.current("done", &ANY).is_none());
-    assert!(reg.current("active", &ANY).is_some());
+    assert!(reg.current(&Scope::from("done"), &ANY).is_none());
+    assert!(reg.current(&Scope::from("active"), &ANY).is_some());
     assert_eq!(reg.chats(), 1);
     assert_eq!(reg.run_count(), 1);
 }
@@ -165,14 +255,24 @@ fn beyond_max_chats_the_oldest_completion_goes_first() {
     let _active = live(&reg, "c4", "c4");
     let s = reg.sweep(Instant::now());
     assert_eq!(s.capacity, 1);
-    assert!(reg.current("c1", &ANY).is_none());
-    assert!(reg.current("c2", &ANY).is_some() && reg.current("c3", &ANY).is_some());
-    assert!(reg.current("c4", &ANY).is_some());
+    assert!(reg.current(&Scope::from("c1"), &ANY).is_none());
+    assert!(
+        reg.current(&Scope::from("c2"), &ANY).is_some()
+            && reg.current(&Scope::from("c3"), &ANY).is_some()
+    );
+    assert!(reg.current(&Scope::from("c4"), &ANY).is_some());
 }
 
 /// A run of `owner`'s chat `chat` that went live and completed.
 fn completed(reg: &Arc<Registry>, owner: Owner, chat: &str) -> Arc<Run> {
-    let p = reg.register(chat, owner, chat, Admission::Always).unwrap();
+    let p = reg
+        .register(
+            &Scope::from(chat),
+            owner,
+            &RunId::from(chat),
+            Admission::Always,
+        )
+        .unwrap();
     let run = Arc::new(Run::new(chat, 4));
     reg.go_live(&p, run.clone());
     run.finish(true, None);
@@ -193,11 +293,11 @@ fn one_owner_creating_many_chats_evicts_its_own_oldest_and_no_one_elses() {
     reg.sweep(Instant::now());
     assert_eq!(reg.chats(), 8);
     for c in ["a1", "a2", "a3"] {
-        assert!(reg.current(c, &a).is_some(), "{c} survives");
+        assert!(reg.current(&Scope::from(c), &a).is_some(), "{c} survives");
     }
     let kept: Vec<String> = (0..20)
         .map(|i| format!("b{i:02}"))
-        .filter(|c| reg.current(c, &b).is_some())
+        .filter(|c| reg.current(&Scope::from(c.as_str()), &b).is_some())
         .collect();
     assert_eq!(
         kept,
@@ -209,12 +309,18 @@ fn one_owner_creating_many_chats_evicts_its_own_oldest_and_no_one_elses() {
     assert_eq!(reg.run_count(), 6);
     assert!(["a1", "a2", "a3"]
         .iter()
-        .all(|c| reg.current(c, &a).is_some()));
-    assert!(reg.current("b16", &b).is_none() && reg.current("b17", &b).is_some());
+        .all(|c| reg.current(&Scope::from(*c), &a).is_some()));
+    assert!(
+        reg.current(&Scope::from("b16"), &b).is_none()
+            && reg.current(&Scope::from("b17"), &b).is_some()
+    );
     // Once both hold as many, the older completion goes: alice's.
     assert!(reg.make_room(6, usize::MAX));
-    assert!(reg.current("a1", &a).is_none());
-    assert!(reg.current("a2", &a).is_some() && reg.current("b17", &b).is_some());
+    assert!(reg.current(&Scope::from("a1"), &a).is_none());
+    assert!(
+        reg.current(&Scope::from("a2"), &a).is_some()
+            && reg.current(&Scope::from("b17"), &b).is_some()
+    );
 }
 
 #[test]
@@ -225,10 +331,10 @@ fn make_room_evicts_completed_runs_first_and_never_active_ones() {
     let _active = live(&reg, "active", "a");
     assert!(reg.make_room(3, usize::MAX));
     assert_eq!(reg.run_count(), 2);
-    assert!(reg.current("done1", &ANY).is_none());
+    assert!(reg.current(&Scope::from("done1"), &ANY).is_none());
     assert!(reg.make_room(2, usize::MAX));
     assert!(!reg.make_room(1, usize::MAX), "the active run stays");
-    assert!(reg.current("active", &ANY).is_some());
+    assert!(reg.current(&Scope::from("active"), &ANY).is_some());
 }
 
 #[test]
@@ -265,10 +371,10 @@ async fn a_completed_run_is_kept_for_exactly_its_retention() {
     run.finish(true, None);
     tokio::time::advance(Duration::from_secs(299)).await;
     assert_eq!(reg.sweep(Instant::now()), Swept::default());
-    assert!(reg.current("c", &ANY).is_some());
+    assert!(reg.current(&Scope::from("c"), &ANY).is_some());
     tokio::time::advance(Duration::from_secs(1)).await;
     assert_eq!(reg.sweep(Instant::now()).expired, 1);
-    assert!(reg.current("c", &ANY).is_none());
+    assert!(reg.current(&Scope::from("c"), &ANY).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,9 +388,9 @@ async fn a_lookup_sweeps_lazily_at_most_once_a_second() {
     live(&reg, "c", "r1").finish(true, None);
     tokio::time::advance(Duration::from_millis(500)).await;
     // Within a second of the registry's start no lookup sweeps.
-    assert!(reg.current("c", &ANY).is_some());
+    assert!(reg.current(&Scope::from("c"), &ANY).is_some());
     tokio::time::advance(Duration::from_millis(500)).await;
-    assert!(reg.current("c", &ANY).is_none());
+    assert!(reg.current(&Scope::from("c"), &ANY).is_none());
     assert_eq!(evicted.load(Ordering::Relaxed), 1);
 }
 

@@ -144,8 +144,8 @@ fn the_end_is_returned_once_the_cursor_reaches_it() {
 fn superseded_run_ends_for_observers_and_records_no_more() {
     let run = Run::new("r", 8);
     run.append(&[text("m", "a")]);
-    assert!(run.supersede("r2"));
-    assert!(!run.supersede("r3"));
+    assert!(run.supersede(&RunId::from("r2")));
+    assert!(!run.supersede(&RunId::from("r3")));
     assert_eq!(run.append(&[text("m", "b")]).events, 0);
     let end = run.read_after(0, 10).unwrap().end.unwrap();
     assert_eq!((end.seq, end.superseded), (1, true));
@@ -266,7 +266,7 @@ fn frame_events(frames: &[Bytes], after: u64) -> Vec<Value> {
 }
 
 fn serialize(cap: &SnapshotCapture) -> Bytes {
-    crate::frame::snapshot("r", cap.seq, &cap.history)
+    crate::frame::snapshot(&RunId::from("r"), cap.seq, &cap.history)
 }
 
 proptest! {

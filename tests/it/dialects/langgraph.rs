@@ -103,7 +103,7 @@ async fn last_event_id_minus_one_is_the_whole_turn_byte_for_byte() {
     let (_be, tether) = start(Some((3, gate.clone()))).await;
     let _live = turn(&tether).await;
     eventually("the alias is known", || {
-        tether.registry().by_id(&Owner::NONE, RUN).is_some()
+        tether.registry().by_id(&Owner::NONE, &RUN.into()).is_some()
     })
     .await;
     let mut join = get(tether.addr, &stream_path(), &[("Last-Event-ID", "-1")]).await;
@@ -120,7 +120,7 @@ async fn the_final_id_of_an_ended_run_is_an_empty_stream_and_an_unknown_run_404(
     eventually("the run ended", || {
         tether
             .registry()
-            .by_id(&Owner::NONE, RUN)
+            .by_id(&Owner::NONE, &RUN.into())
             .is_some_and(|(_, r)| r.end().is_some())
     })
     .await;

@@ -99,7 +99,7 @@ async fn completed(tether: &Sidecar, id: &str) {
     eventually("the run ended", || {
         tether
             .registry()
-            .by_id(&Owner::NONE, id)
+            .by_id(&Owner::NONE, &id.into())
             .is_some_and(|(_, r)| r.end().is_some())
     })
     .await;
@@ -231,7 +231,11 @@ async fn cancel_by_response_id_stops_that_run_and_never_a_later_one() {
     // Cancelling the finished response answers for it and leaves the running one alone.
     let r = request(tether.addr, "POST", "/v1/responses/resp_0/cancel", &[], b"").await;
     assert_eq!(r.status, 200);
-    let running = tether.registry().by_id(&Owner::NONE, "resp_1").unwrap().1;
+    let running = tether
+        .registry()
+        .by_id(&Owner::NONE, &"resp_1".into())
+        .unwrap()
+        .1;
     assert!(running.is_producing() && running.end().is_none());
     let cancelled = "tether_runs_finished_total{outcome=\"cancelled\"}";
     assert_eq!(tether.metric(cancelled).await, 0.0);
