@@ -18,9 +18,9 @@ use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim};
 use crate::error::{ApiError, Code};
-use crate::producer::{self, Head, Job};
+use crate::producer::{self, Head, Job, Rules};
 use crate::request::{self, Parts, RecordRequest};
-use crate::state::attach::Start;
+use crate::state::attach_policy::Start;
 use crate::state::auth::{Auth, Owner};
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::mint_run_id;
@@ -231,24 +231,25 @@ impl Sidecar {
                 upstream: s.upstream.clone(),
                 registry: s.registry.clone(),
                 metrics: s.metrics.clone(),
+                journal: s.journal.clone(),
                 pending,
                 run_id,
                 route: route.path.as_str().to_string(),
-                format: route.format,
-                commit: route.commit.clone(),
-                window: s.cfg.recorder.window,
-                max_event: s.cfg.recorder.max_event_bytes,
-                budget: s.budget.clone(),
-                client_buffer: s.cfg.limits.max_client_buffer_bytes,
-                max_duration: (!max.is_zero()).then_some(max),
                 request: session.req_header().clone(),
                 body,
-                legacy: legacy && !inject,
-                raw: s.cfg.raw.clone(),
-                aliases: route.aliases.clone(),
-                request_aliases,
-                tokens: route.tokens.clone(),
-                journal: s.journal.clone(),
+                rules: Rules {
+                    format: route.format,
+                    commit: route.commit.clone(),
+                    window: s.cfg.recorder.window,
+                    max_event: s.cfg.recorder.max_event_bytes,
+                    raw: s.cfg.raw.clone(),
+                    aliases: route.aliases.clone(),
+                    request_aliases,
+                    tokens: route.tokens.clone(),
+                },
+                budget: s.budget.clone(),
+                max_duration: (!max.is_zero()).then_some(max),
+                legacy: (legacy && !inject).then_some(s.cfg.limits.max_client_buffer_bytes),
             },
         );
         match head.await {

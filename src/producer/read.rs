@@ -1,0 +1,187 @@
+//! The producer's read loop: a live run's upstream read to its end (or a stop, the deadline,
+//! silence), each batch recorded, the legacy requester's copy fed, aliases found in events named.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use log::{info, warn};
+
+use super::live::Naming;
+use super::tee::{Cut, Tee};
+use crate::backend::Exchange;
+use crate::error::UpstreamErrorKind;
+use crate::ingest::{Ending, Ingest};
+use crate::metrics::{DropReason, Metrics};
+use crate::record::format::{Event, FormatKind};
+use crate::stall::{Stall, Stalled};
+use crate::state::run::Run;
+use crate::vocab::end::EndReason;
+use crate::vocab::{RunId, Scope};
+
+/// When a live run's upstream read loop gives up: the run's deadline (`max_run_duration`) and
+/// how long the upstream may stay silent.
+pub(super) struct ReadLimits {
+    /// The run is stopped `max_duration` at this instant, if set.
+    pub(super) deadline: Option<tokio::time::Instant>,
+    /// The run ends `upstream_timeout` after this long without a byte.
+    pub(super) idle: Duration,
+}
+
+/// Reads the live upstream to its end (or a stop), recording every batch. Returns how it ended
+/// and the legacy tee if it is still attached.
+pub(super) async fn read(
+    s: &mut Exchange,
+    run: &Arc<Run>,
+    limits: ReadLimits,
+    ingest: &mut Ingest,
+    mut tee: Option<Tee>,
+    started: &mut Started<'_>,
+    naming: &Naming<'_>,
+) -> (Ending, Option<Tee>) {
+    let registry = naming.registry;
+    let m = started.metrics;
+    let mut batch: Vec<Event> = Vec::new();
+    // Built once: a stop or the deadline is noticed without re-arming them per read.
+    let stop = run.stop_requested();
+    let expiry = sleep_until(limits.deadline);
+    tokio::pin!(stop, expiry);
+    let mut idle = Stall::new(limits.idle);
+    let ending = loop {
+        let read = tokio::select! {
+            biased;
+            r = idle.run(s.next()) => r,
+            reason = &mut stop => break Ending::Stopped(reason),
+            _ = &mut expiry => break Ending::Stopped(EndReason::MaxDuration),
+        };
+        let chunk = match read {
+            Err(Stalled) => {
+                m.upstream_errors.inc(UpstreamErrorKind::Timeout);
+                warn!(
+                    "run {}: upstream silent for {:?}; the run ends",
+                    run.id(),
+                    limits.idle
+                );
+                break Ending::Failed(EndReason::UpstreamTimeout);
+            }
+            Ok(read) => read,
+        };
+        let chunk = match chunk {
+            Ok(Some(c)) => c,
+            // A close-delimited body's close is a clean end only after a terminal event.
+            Ok(None) if s.is_close_delimited() && ingest.at_close() != Ending::Clean => {
+                m.upstream_errors.inc(UpstreamErrorKind::Reset);
+                warn!(
+                    "run {}: upstream closed before its terminal event",
+                    run.id()
+                );
+                break ingest.at_close();
+            }
+            Ok(None) => break Ending::Clean,
+            Err(e) => {
+                let kind = e.kind;
+                m.upstream_errors.inc(kind);
+                warn!("run {}: upstream read failed: {}", run.id(), e.message);
+                break Ending::Failed(match kind {
+                    UpstreamErrorKind::Timeout => EndReason::UpstreamTimeout,
+                    _ => EndReason::UpstreamReset,
+                });
+            }
+        };
+        m.upstream_bytes.inc_by(chunk.len() as u64);
+        if let Some(t) = &tee {
+            if let Err(cut) = t.send(chunk.clone()) {
+                if let Cut::Slow(reason) = cut {
+                    m.legacy_cuts.inc(reason);
+                    warn!(
+                        "run {}: legacy client too slow ({}), its stream is cut",
+                        run.id(),
+                        reason.as_str()
+                    );
+                }
+                if let Some(t) = tee.take() {
+                    t.cut();
+                }
+            }
+        }
+        let fed = ingest.feed(&chunk, &mut batch);
+        for alias in ingest.take_aliases() {
+            naming.name(run, &alias);
+        }
+        for bytes in fed.oversized {
+            m.events_dropped.inc(DropReason::Oversized);
+            warn!(
+                "run {}: dropped an upstream event over {bytes} bytes",
+                run.id()
+            );
+        }
+        if let Some(bytes) = fed.over_budget {
+            m.events_dropped.inc(DropReason::OverBudget);
+            warn!(
+                "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
+                run.id()
+            );
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        if let Some(kind) = ingest.format() {
+            started.count(kind);
+        }
+        m.upstream_events.inc_by(batch.len() as u64);
+        let appended = run.append_raw(&batch, ingest.take_raw());
+        registry.add_bytes(appended.bytes);
+        if appended.events < batch.len() {
+            m.events_dropped
+                .inc_by(DropReason::AfterEnd, (batch.len() - appended.events) as u64);
+        }
+        if run.observers() == 0 {
+            m.unobserved_events.inc_by(appended.events as u64);
+        }
+    };
+    if ingest.finish() && ending == Ending::Clean {
+        m.upstream_errors.inc(UpstreamErrorKind::Protocol);
+        warn!(
+            "run {}: upstream ended inside an event; it was discarded",
+            run.id()
+        );
+    }
+    (ending, tee)
+}
+
+/// Counts a run in `tether_runs_started_total{route,format}` and logs its start, once its format
+/// is known (at go-live when the route or the headers name it, else at its first event).
+pub(super) struct Started<'a> {
+    pub(super) metrics: &'a Metrics,
+    pub(super) route: &'a str,
+    /// The chat's scope (logged as its chat).
+    pub(super) scope: &'a Scope,
+    pub(super) run_id: &'a RunId,
+    pub(super) counted: bool,
+}
+
+impl Started<'_> {
+    /// Counts the run once, as `kind`.
+    pub(super) fn count(&mut self, kind: FormatKind) {
+        if std::mem::replace(&mut self.counted, true) {
+            return;
+        }
+        self.metrics
+            .runs_started
+            .with_label_values(&[self.route, kind.as_str()])
+            .inc();
+        info!(
+            "run {} started: chat {:?} route {} format {}",
+            self.run_id,
+            self.scope,
+            self.route,
+            kind.as_str()
+        );
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
