@@ -10,7 +10,7 @@ mod duration;
 mod file;
 mod flags;
 mod pattern;
-mod resume;
+mod resume_settings;
 mod route;
 mod route_conf;
 mod source;
@@ -26,7 +26,7 @@ pub use file::{
 };
 pub use flags::{Flags, LogFormat};
 pub use pattern::{Captures, RoutePath};
-pub use resume::{
+pub use resume_settings::{
     Alias, Answer, Completed, DialectKind, Expired, Ids, OnNothing, OnlyIf, Resume, Tokens,
 };
 pub use route::{match_route, Commit, Route};

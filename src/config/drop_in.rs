@@ -2,7 +2,7 @@
 //! aliases, `resume_on`, resume tokens, answer shapes and cancel ids (`docs/dialects.md`).
 
 use super::pattern::RoutePath;
-use super::resume::{Alias, Answer, DialectKind, Ids, OnlyIf, Resume, Tokens};
+use super::resume_settings::{Alias, Answer, DialectKind, Ids, OnlyIf, Resume, Tokens};
 use super::route_conf::{RouteConf, RouteKind};
 use super::source::KeySource;
 use crate::error::ConfigError;

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use super::drop_in::{check_source, drop_in};
 use super::pattern::{Captures, RoutePath};
-use super::resume::{Alias, Answer, Ids, OnNothing, Resume, Tokens};
+use super::resume_settings::{Alias, Answer, Ids, OnNothing, Resume, Tokens};
 use super::route_conf::{OnMiss, RouteConf, RouteKind};
 use super::source::KeySource;
 use crate::error::ConfigError;

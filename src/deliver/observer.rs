@@ -19,7 +19,7 @@ use crate::dialect::Dialect;
 use crate::metrics::{Metrics, ResetReason};
 use crate::record::compact::Capture;
 use crate::record::sse::KEEPALIVE;
-use crate::state::attach::Start;
+use crate::state::attach_policy::Start;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::kinds::DialectKind;
 

@@ -1,5 +1,5 @@
 //! Attach routes: parse the request (protocol 1), decide per the attach table
-//! ([`crate::state::attach`]), wait or record on a miss, and serve the client as an observer. A request
+//! ([`crate::state::attach_policy`]), wait or record on a miss, and serve the client as an observer. A request
 //! without `"protocol": 1` goes to the backend unchanged.
 
 use log::{debug, info};
@@ -14,13 +14,13 @@ use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
-use crate::state::attach::{self, Decision};
+use crate::state::attach_policy::{self, Decision};
 use crate::state::auth::Auth;
 use crate::vocab::kinds::DialectKind;
 
 const P1: DialectKind = DialectKind::Protocol1;
 use crate::request::Parts;
-use crate::state::attach::Start;
+use crate::state::attach_policy::Start;
 use crate::state::registry::Admission;
 use crate::state::run::mint_run_id;
 
@@ -69,7 +69,7 @@ impl Sidecar {
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(1), wait).await;
             }
         }
-        let mut decision = attach::decide(
+        let mut decision = attach_policy::decide(
             &s.registry,
             &scope,
             &owner,
@@ -105,7 +105,7 @@ impl Sidecar {
                 // Another attach is fetching it: wait for that run to go live.
                 wait = max_wait.max(req.wait);
             }
-            decision = attach::wait_for_run(&s.registry, &scope, &owner, wait).await;
+            decision = attach_policy::wait_for_run(&s.registry, &scope, &owner, wait).await;
         }
         let (run, start, reset) = match decision {
             Decision::NoContent | Decision::Missing => {

@@ -18,7 +18,7 @@ use crate::deliver::observer::{self, ClientGone, Sink};
 use crate::error::{ApiError, Code};
 use crate::producer::{StreamCut, TeeReader};
 use crate::stall::Stall;
-use crate::state::attach::Start;
+use crate::state::attach_policy::Start;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::RunId;
 
