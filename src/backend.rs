@@ -1,10 +1,13 @@
 //! The backend client: Pingora's connection pool behind a connect queue ([`connect`]) with
-//! tether's own HTTP/1.1 exchange on top ([`exchange`], [`wire`]), the request as forwarded (hop-by-hop headers dropped,
-//! `Accept-Encoding: identity`, `X-Tether-Run-Id`), the response as relayed, and the rule for
-//! which answers are recorded. The run task that uses it is [`crate::producer`].
+//! tether's own HTTP/1.1 exchange on top ([`exchange`], [`wire`]), plain or over TLS ([`tls`])
+//! to an address kept fresh ([`dns`]); the request as forwarded (hop-by-hop headers dropped,
+//! `Accept-Encoding: identity`, `X-Tether-Run-Id`, an HTTPS backend's own `Host`), the response
+//! as relayed, and the rule for which answers are recorded. The run task that uses it is [`crate::producer`].
 
 pub mod connect;
+pub mod dns;
 pub mod exchange;
+pub mod tls;
 pub mod wire;
 
 use std::time::Duration;
@@ -21,6 +24,8 @@ use connect::{Connects, Refused};
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::vocab::RunId;
+use dns::Resolved;
+use tls::BackendTls;
 
 /// The header naming the run a forwarded request records: tether's alone to set, never the
 /// client's (a backend may trust it).
@@ -83,15 +88,25 @@ pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
 pub struct Upstream {
     connector: TransportConnector,
     connects: Connects,
-    peer: HttpPeer,
+    peer: Resolved,
     opts: config::Upstream,
+    /// The `Host` of every forwarded request, for an HTTPS backend (its URL's); a plain
+    /// backend gets the client's.
+    host: Option<String>,
 }
 
 impl Upstream {
-    /// A client for the backend at `addr` (`host:port`, plain HTTP/1.1), resolved once here.
-    pub fn new(addr: &str, opts: config::Upstream) -> std::io::Result<Self> {
+    /// A client for the backend at `url` (plain HTTP/1.1, or HTTPS verified against the
+    /// system's roots or `opts.ca`, with `opts`' client certificate), resolved here and again
+    /// as [`dns`] says.
+    pub fn new(url: &config::UpstreamUrl, opts: config::Upstream) -> std::io::Result<Self> {
+        let tls = BackendTls::load(&opts).map_err(std::io::Error::other)?;
         // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
-        let mut peer = HttpPeer::new(config::resolve(addr)?, false, String::new());
+        let addr = config::resolve(&url.hostport())?;
+        let sni = if url.tls { url.server_name() } else { "" };
+        let mut peer = HttpPeer::new(addr, url.tls, sni.to_string());
+        peer.options.ca = tls.ca;
+        peer.client_cert_key = tls.client;
         peer.options.connection_timeout = Some(opts.connect_timeout.0);
         peer.options.idle_timeout = Some(POOL_IDLE);
         // For Pingora's pass-through path; tether's own exchanges take theirs from `opts`.
@@ -100,9 +115,16 @@ impl Upstream {
         Ok(Upstream {
             connector: TransportConnector::new(None),
             connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
-            peer,
+            peer: Resolved::new(peer, &url.hostport(), opts.connect_timeout.0),
             opts,
+            host: url.tls.then(|| url.authority()),
         })
+    }
+
+    /// The `Host` every forwarded request carries: an HTTPS backend's own name (`None`: the
+    /// client's, for a plain backend).
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
     }
 
     /// How long a backend may stay silent mid-answer.
@@ -117,7 +139,7 @@ impl Upstream {
 
     /// The peer, for Pingora's pass-through path.
     pub fn peer(&self) -> Box<HttpPeer> {
-        Box::new(self.peer.clone())
+        Box::new(HttpPeer::clone(&self.peer.current()))
     }
 
     /// Sends `req` with `body` and reads the response head. The request goes to the backend at
@@ -139,7 +161,8 @@ impl Upstream {
                 format!("cannot build the upstream request: {e}"),
             )
         };
-        let header = outgoing(req, body.len(), run_id).map_err(|e| refused(e.to_string()))?;
+        let header = outgoing(req, body.len(), run_id, self.host.as_deref())
+            .map_err(|e| refused(e.to_string()))?;
         let head = wire::request_head(&header).map_err(|e| refused(e.to_string()))?;
         let limits = exchange::StartTimeouts {
             write: self.opts.write_timeout.0,
@@ -147,21 +170,25 @@ impl Upstream {
         };
         let mut retried = false;
         loop {
+            let peer = self.peer.for_connect().await;
             let (stream, reused) = self
                 .connects
-                .run(|| self.connector.get_stream(&self.peer), |e| out_of_fds(e))
+                .run(|| self.connector.get_stream(&*peer), |e| out_of_fds(e))
                 .await
-                .map_err(|r| self.unreachable(r))?;
+                .map_err(|r| self.unreachable(&peer, r))?;
             match Exchange::start(stream, &head, body, &header.method, limits).await {
-                Ok(x) => return Ok(x),
+                Ok(x) => return Ok(x.pooled_as(peer.reuse_hash())),
                 Err(f) if f.retry && reused && !retried => retried = true,
                 Err(f) => return Err(f.error),
             }
         }
     }
 
-    fn unreachable(&self, r: Refused<Box<pingora_core::Error>>) -> UpstreamError {
-        let addr = self.peer.address();
+    fn unreachable(&self, peer: &HttpPeer, r: Refused<Box<pingora_core::Error>>) -> UpstreamError {
+        if matches!(r, Refused::Failed { .. }) {
+            self.peer.failed();
+        }
+        let addr = peer.address();
         let (message, cause) = match r {
             Refused::Queue(d) => (
                 format!("no connect slot for {addr} freed within {d:?} (connect_queue_timeout)"),
@@ -181,7 +208,11 @@ impl Upstream {
                 Some(error),
             ),
         };
-        let e = UpstreamError::new(UpstreamErrorKind::Connect, message);
+        let kind = match &cause {
+            Some(c) if is_tls(c) => UpstreamErrorKind::Tls,
+            _ => UpstreamErrorKind::Connect,
+        };
+        let e = UpstreamError::new(kind, message);
         match cause {
             Some(c) => e.caused_by(*c),
             None => e,
@@ -191,20 +222,25 @@ impl Upstream {
     /// Returns the connection of an exchange to the pool when it can carry another request
     /// (see [`Exchange::into_reusable`]); otherwise it is closed.
     pub fn release(&self, x: Exchange) {
+        let key = x.pool_key();
         if let Some(stream) = x.into_reusable() {
+            // Under the key of the peer it was opened to: a backend that moved meanwhile
+            // leaves it to callers of the old address, which there are no more of.
             self.connector
-                .release_stream(stream, self.peer.reuse_hash(), self.peer.idle_timeout());
+                .release_stream(stream, key, self.peer.current().idle_timeout());
         }
     }
 }
 
 /// The request as forwarded: the client's, minus hop-by-hop headers and any `X-Tether-Run-Id`
 /// the client sent, with the body length, `Accept-Encoding: identity` and, when tether names
-/// the run (`run_id`), its own `X-Tether-Run-Id`.
+/// the run (`run_id`), its own `X-Tether-Run-Id`; `host`, when given, replaces the client's
+/// `Host` (an HTTPS backend's own name).
 fn outgoing(
     req: &RequestHeader,
     len: usize,
     run_id: Option<&RunId>,
+    host: Option<&str>,
 ) -> pingora_core::Result<RequestHeader> {
     let mut h = req.clone();
     if h.uri.scheme().is_some() {
@@ -226,7 +262,24 @@ fn outgoing(
     if let Some(id) = run_id {
         h.insert_header(RUN_ID_HEADER, id.as_str())?;
     }
+    if let Some(host) = host {
+        h.insert_header("host", host)?;
+    }
     Ok(h)
+}
+
+/// Whether a Pingora connect error is the TLS handshake's (verification, a peer speaking no TLS,
+/// a refused client certificate).
+fn is_tls(e: &pingora_core::Error) -> bool {
+    use pingora_core::ErrorType::*;
+    matches!(
+        e.etype(),
+        TLSHandshakeFailure
+            | TLSHandshakeTimedout
+            | InvalidCert
+            | HandshakeError
+            | TLSWantX509Lookup
+    )
 }
 
 /// Whether a Pingora connect error is the process (or system) out of file descriptors.

@@ -14,6 +14,7 @@ mod resume_settings;
 mod route;
 mod route_conf;
 mod source;
+mod upstream_url;
 
 use std::net::SocketAddr;
 
@@ -32,6 +33,7 @@ pub use resume_settings::{
 pub use route::{match_route, Commit, Route};
 pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind};
 pub use source::KeySource;
+pub use upstream_url::UpstreamUrl;
 
 fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::new(key, message)
@@ -43,7 +45,7 @@ pub struct Config {
     /// Proxy listen address.
     pub listen: SocketAddr,
     /// Backend address; `None` runs the embedded demo backend.
-    pub upstream: Option<String>,
+    pub upstream: Option<UpstreamUrl>,
     /// Admin listen address.
     pub admin: SocketAddr,
     /// Serve the browser client (`GET /_tether/client.js`) and, in demo mode, the demo page
@@ -117,7 +119,18 @@ impl Config {
             file.server.listen = v.clone();
         }
         if let Some(v) = &flags.upstream {
+            // The flag names the backend wherever the file did.
             file.server.upstream = v.clone();
+            file.upstream.url.clear();
+        }
+        if let Some(v) = &flags.upstream_ca {
+            file.upstream.ca = Some(v.clone());
+        }
+        if let Some(v) = &flags.upstream_cert {
+            file.upstream.cert = Some(v.clone());
+        }
+        if let Some(v) = &flags.upstream_key {
+            file.upstream.key = Some(v.clone());
         }
         if let Some(v) = &flags.admin {
             file.server.admin = v.clone();
@@ -313,24 +326,6 @@ fn default_replica_id() -> String {
     )
 }
 
-/// The backend's `host:port` from `--upstream`'s value (an `http://` prefix and a trailing
-/// slash allowed), or what is wrong with it. The host is not looked up here (see
-/// [`Config::resolve_upstream`]).
-fn upstream_hostport(u: &str) -> Result<String, String> {
-    let hostport = u.strip_prefix("http://").unwrap_or(u).trim_end_matches('/');
-    let bad = |why: &str| Err(format!("{u:?} must be host:port (plain HTTP): {why}"));
-    let Some((host, port)) = hostport.rsplit_once(':') else {
-        return bad("no port");
-    };
-    if hostport.contains('/') || host.is_empty() || host.contains(char::is_whitespace) {
-        return bad("no host");
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(hostport.to_string()),
-        _ => bad("the port is not a number from 1 to 65535"),
-    }
-}
-
 /// The key an error about the backend address names: the flag when the value came from it
 /// (or its environment variable), else the file's key.
 fn upstream_key(flags: &Flags) -> &'static str {
@@ -345,10 +340,10 @@ impl Config {
     /// life). `None` without a backend (the demo). A name that does not resolve is a
     /// [`ConfigError`] naming `--upstream` or `server.upstream`, whichever set it.
     pub fn resolve_upstream(&self, flags: &Flags) -> Result<Option<SocketAddr>, ConfigError> {
-        let Some(hostport) = &self.upstream else {
+        let Some(url) = &self.upstream else {
             return Ok(None);
         };
-        resolve(hostport)
+        resolve(&url.hostport())
             .map(Some)
             .map_err(|e| err(upstream_key(flags), e.to_string()))
     }
@@ -380,10 +375,34 @@ impl File {
     pub fn validate(self) -> Result<Config, ConfigError> {
         let listen = addr("server.listen", &self.server.listen)?;
         let admin = addr("server.admin", &self.server.admin)?;
-        let upstream = match self.server.upstream.trim() {
-            "" => None,
-            u => Some(upstream_hostport(u).map_err(|m| err("server.upstream", m))?),
+        let upstream = match (self.server.upstream.trim(), self.upstream.url.trim()) {
+            ("", "") => None,
+            (u, "") => Some(UpstreamUrl::parse(u).map_err(|m| err("server.upstream", m))?),
+            ("", u) => Some(UpstreamUrl::parse(u).map_err(|m| err("upstream.url", m))?),
+            _ => {
+                return Err(err(
+                    "upstream.url",
+                    "the backend is named twice (also [server] upstream): keep one",
+                ))
+            }
         };
+        let u = &self.upstream;
+        if u.cert.is_some() != u.key.is_some() {
+            let key = if u.cert.is_some() {
+                "upstream.key"
+            } else {
+                "upstream.cert"
+            };
+            return Err(err(key, "a client certificate needs both cert and key"));
+        }
+        if (u.ca.is_some() || u.cert.is_some()) && !upstream.as_ref().is_some_and(|b| b.tls) {
+            let key = if u.ca.is_some() {
+                "upstream.ca"
+            } else {
+                "upstream.cert"
+            };
+            return Err(err(key, "is for an HTTPS backend (--upstream https://…)"));
+        }
         let r = &self.recorder;
         if r.window == 0 {
             return Err(err("recorder.window", "must be at least 1"));

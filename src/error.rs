@@ -158,6 +158,9 @@ impl ConfigError {
 pub enum UpstreamErrorKind {
     /// The TCP connection could not be made (refused, unreachable, connect timeout).
     Connect,
+    /// The TLS handshake with an HTTPS backend failed (its certificate did not verify, or it
+    /// spoke no TLS, or refused the client certificate).
+    Tls,
     /// A read or write took longer than its timeout.
     Timeout,
     /// The connection was reset or closed mid-answer.
@@ -172,6 +175,7 @@ impl UpstreamErrorKind {
     /// Every kind, in label order.
     pub const ALL: &'static [UpstreamErrorKind] = &[
         UpstreamErrorKind::Connect,
+        UpstreamErrorKind::Tls,
         UpstreamErrorKind::Timeout,
         UpstreamErrorKind::Reset,
         UpstreamErrorKind::Status,
@@ -182,6 +186,7 @@ impl UpstreamErrorKind {
     pub fn as_str(self) -> &'static str {
         match self {
             UpstreamErrorKind::Connect => "connect",
+            UpstreamErrorKind::Tls => "tls",
             UpstreamErrorKind::Timeout => "timeout",
             UpstreamErrorKind::Reset => "reset",
             UpstreamErrorKind::Status => "status",

@@ -26,7 +26,7 @@
 //! | dialects (pure) | [`dialect`] | a client's resume request → cursor; protocol 1 and the verbatim dialects |
 //! | state | [`state`] | owners, resume tokens, runs, chats, the attach table; ownership is checked here |
 //! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
-//! | backend | [`backend`] | the connect queue and tether's own HTTP/1.1 exchange with the backend |
+//! | backend | [`backend`] | the connect queue and tether's own HTTP/1.1 exchange with the backend, plain or TLS |
 //! | producer | [`producer`] | the detached run task: go-live, journal choice, the read loop, a legacy client's copy |
 //! | deliver | [`deliver`] | write loops to clients: protocol 1, verbatim |
 //! | edges | [`logging`], [`proxy`], [`server`] | Pingora's records, the Pingora adapter and route handlers, listeners and lifecycle |

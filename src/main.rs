@@ -177,9 +177,15 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    // The backend's name is looked up once, now: one that does not resolve is a bad flag.
+    // The backend's name is looked up now (and again later, see `backend::dns`): one that does
+    // not resolve at start is a bad flag.
     if let Err(e) = cfg.resolve_upstream(&flags) {
         eprintln!("tether: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    // An HTTPS backend's CA and client certificate files are read and checked now.
+    if let Err(e) = tether::backend::tls::BackendTls::load(&cfg.upstream_opts) {
+        eprintln!("tether: [upstream]: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
     init_logging(flags.log_format);

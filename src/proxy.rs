@@ -132,7 +132,8 @@ impl ProxyHttp for Sidecar {
     }
 
     /// Runs for pass-through requests before they go upstream: a client's `X-Tether-Run-Id` is
-    /// dropped (tether names no run here, and a backend may trust the header). Default: nothing.
+    /// dropped (tether names no run here, and a backend may trust the header), and an HTTPS
+    /// backend gets its own `Host`. Default: nothing.
     async fn upstream_request_filter(
         &self,
         _session: &mut Session,
@@ -140,6 +141,9 @@ impl ProxyHttp for Sidecar {
         _ctx: &mut (),
     ) -> Result<()> {
         upstream_request.remove_header(crate::backend::RUN_ID_HEADER);
+        if let Some(host) = self.shared.upstream.host() {
+            upstream_request.insert_header("host", host)?;
+        }
         Ok(())
     }
 

@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::backend::Upstream;
 use crate::budget::Budget;
-use crate::config::{Config, RouteKind};
+use crate::config::{Config, RouteKind, UpstreamUrl};
 use crate::metrics::{EvictReason, Metrics};
 use crate::proxy::{Shared, Sidecar};
 use crate::state::auth::Auth;
@@ -86,9 +86,13 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let upstream_addr = match (&cfg.upstream, &demo) {
         (Some(u), _) => u.clone(),
         // Without an upstream the demo backend was started just above.
-        (_, demo) => demo
-            .as_ref()
-            .map_or_else(String::new, |(a, _)| a.to_string()),
+        (_, demo) => UpstreamUrl {
+            tls: false,
+            host: demo
+                .as_ref()
+                .map_or_else(String::new, |(a, _)| a.ip().to_string()),
+            port: demo.as_ref().map_or(0, |(a, _)| a.port()),
+        },
     };
 
     let metrics = Metrics::new();

@@ -101,6 +101,8 @@ pub struct Exchange<S = Stream> {
     keep_alive: bool,
     /// The body has no length or chunking of its own: it ends when the connection closes.
     close_delimited: bool,
+    /// The connection pool's key of the peer the connection goes to.
+    pool_key: u64,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
@@ -156,6 +158,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
         Ok(Exchange {
             keep_alive: wire::keeps_alive(&header) && framing != Framing::Close && !doubt,
             close_delimited: framing == Framing::Close,
+            pool_key: 0,
             body: BodyDecoder::new(framing),
             reader,
             header,
@@ -203,6 +206,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
                 }
             }
         }
+    }
+
+    /// The exchange, its connection to go back to the pool under `key` (its peer's).
+    pub fn pooled_as(mut self, key: u64) -> Self {
+        self.pool_key = key;
+        self
+    }
+
+    /// The connection pool's key of its peer (see [`Self::pooled_as`]).
+    pub fn pool_key(&self) -> u64 {
+        self.pool_key
     }
 
     /// The connection, when it can carry another request: the body was read to its clean end,
@@ -267,10 +281,15 @@ fn failed(kind: UpstreamErrorKind, message: String) -> Failed {
     }
 }
 
-/// An I/O error on the connection: a timeout, or a reset.
+/// An I/O error on the connection: a timeout, a TLS alert or error (an HTTPS backend that
+/// refused the client certificate after the handshake), or a reset.
 fn io_error(e: &io::Error, doing: &str) -> UpstreamError {
+    let tls = e
+        .get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
     let kind = match e.kind() {
         io::ErrorKind::TimedOut => UpstreamErrorKind::Timeout,
+        _ if tls => UpstreamErrorKind::Tls,
         _ => UpstreamErrorKind::Reset,
     };
     UpstreamError::new(kind, format!("upstream failed while {doing}: {e}"))

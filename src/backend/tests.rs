@@ -10,7 +10,7 @@ fn hop_by_hop_headers_and_those_connection_names_are_not_forwarded() {
     req.insert_header("x-secret-hop", "1").unwrap();
     req.insert_header("te", "trailers").unwrap();
     req.insert_header("x-kept", "1").unwrap();
-    let out = outgoing(&req, 3, Some(&RunId::from("r1"))).unwrap();
+    let out = outgoing(&req, 3, Some(&RunId::from("r1")), None).unwrap();
     for gone in ["connection", "x-secret-hop", "te"] {
         assert!(out.headers.get(gone).is_none(), "{gone}");
     }
@@ -25,9 +25,9 @@ fn a_client_sent_run_id_header_is_never_forwarded() {
     let mut req = RequestHeader::build("POST", b"/chat", None).unwrap();
     req.append_header("X-Tether-Run-Id", "forged").unwrap();
     req.append_header("x-tether-run-id", "forged-too").unwrap();
-    let out = outgoing(&req, 0, None).unwrap();
+    let out = outgoing(&req, 0, None, None).unwrap();
     assert_eq!(out.headers.get_all("x-tether-run-id").iter().count(), 0);
-    let out = outgoing(&req, 0, Some(&RunId::from("r1"))).unwrap();
+    let out = outgoing(&req, 0, Some(&RunId::from("r1")), None).unwrap();
     let ids: Vec<_> = out.headers.get_all("x-tether-run-id").iter().collect();
     assert_eq!(ids, ["r1"]);
 }

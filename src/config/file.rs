@@ -65,7 +65,17 @@ impl Default for Server {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Upstream {
-    /// TCP connect timeout.
+    /// The backend's address (as `--upstream`; or `[server] upstream`, not both).
+    pub url: String,
+    /// PEM file of the CA certificates that verify an HTTPS backend, instead of the system's
+    /// roots (`--upstream-ca`).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate chain presented to an HTTPS backend (mTLS), with
+    /// `key` (`--upstream-cert`).
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate's private key (`--upstream-key`).
+    pub key: Option<std::path::PathBuf>,
+    /// TCP connect timeout (with an HTTPS backend, the TLS handshake's too).
     pub connect_timeout: Dur,
     /// Backend connects in flight at once; further turns wait their turn (`0`: no limit).
     pub max_connecting: usize,
@@ -83,6 +93,10 @@ pub struct Upstream {
 impl Default for Upstream {
     fn default() -> Self {
         Upstream {
+            url: String::new(),
+            ca: None,
+            cert: None,
+            key: None,
             connect_timeout: Dur(Duration::from_secs(5)),
             max_connecting: 256,
             connect_queue_timeout: Dur(Duration::from_secs(30)),

@@ -41,9 +41,19 @@ pub struct Flags {
     /// Proxy listen address [default: 127.0.0.1:8080].
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<String>,
-    /// Backend host:port; without it tether runs its embedded demo backend.
+    /// Backend: host:port or http://host[:port] (plain), https://host[:port] (HTTPS); without
+    /// it tether runs its embedded demo backend.
     #[arg(long, env = "TETHER_UPSTREAM")]
     pub upstream: Option<String>,
+    /// PEM file of the CA certificates that verify an HTTPS backend [default: the system's].
+    #[arg(long, env = "TETHER_UPSTREAM_CA")]
+    pub upstream_ca: Option<PathBuf>,
+    /// PEM file of a client certificate chain for an HTTPS backend (mTLS; with --upstream-key).
+    #[arg(long, env = "TETHER_UPSTREAM_CERT")]
+    pub upstream_cert: Option<PathBuf>,
+    /// PEM file of the client certificate's private key.
+    #[arg(long, env = "TETHER_UPSTREAM_KEY")]
+    pub upstream_key: Option<PathBuf>,
     /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
     #[arg(long, env = "TETHER_ADMIN")]
     pub admin: Option<String>,

@@ -36,7 +36,10 @@ fn flags_override_the_file() {
     let c = Config::from_parts(file, &f).unwrap();
     assert_eq!(c.recorder.window, 20);
     assert_eq!(c.recorder.retention.0, Duration::from_secs(60));
-    assert_eq!(c.upstream.as_deref(), Some("127.0.0.1:9"));
+    assert_eq!(
+        c.upstream.map(|u| u.to_string()).as_deref(),
+        Some("127.0.0.1:9")
+    );
 }
 
 #[test]
@@ -511,4 +514,58 @@ fn client_connection_limits_have_defaults_flags_and_checks() {
         let e = parse_file(toml).unwrap().validate().unwrap_err();
         assert_eq!(e.key, key);
     }
+}
+
+#[test]
+fn an_https_backend_takes_its_ca_and_client_certificate_and_a_plain_one_refuses_them() {
+    let f = Flags::parse_from([
+        "tether",
+        "--upstream",
+        "https://api.example.com",
+        "--upstream-ca",
+        "/ca.pem",
+        "--upstream-cert",
+        "/c.pem",
+        "--upstream-key",
+        "/k.pem",
+    ]);
+    let c = Config::from_parts(File::default(), &f).unwrap();
+    let u = c.upstream.unwrap();
+    assert!(u.tls && u.port == 443 && u.host == "api.example.com");
+    assert_eq!(
+        c.upstream_opts.ca.as_deref(),
+        Some(std::path::Path::new("/ca.pem"))
+    );
+    let file = parse_file("[upstream]\nurl = \"https://b:8443\"\nca = \"/ca.pem\"\n").unwrap();
+    let c = Config::from_parts(file, &flags()).unwrap();
+    assert_eq!(c.upstream.unwrap().to_string(), "https://b:8443");
+    for (toml, key) in [
+        (
+            "[upstream]\nurl = \"b:80\"\nca = \"/ca.pem\"\n",
+            "upstream.ca",
+        ),
+        (
+            "[upstream]\nurl = \"https://b\"\ncert = \"/c.pem\"\n",
+            "upstream.key",
+        ),
+        (
+            "[upstream]\nurl = \"https://b\"\nkey = \"/k.pem\"\n",
+            "upstream.cert",
+        ),
+        (
+            "[server]\nupstream = \"a:1\"\n[upstream]\nurl = \"b:2\"\n",
+            "upstream.url",
+        ),
+        ("[upstream]\nurl = \"https://b/v1\"\n", "upstream.url"),
+    ] {
+        let e = Config::from_parts(parse_file(toml).unwrap(), &flags()).unwrap_err();
+        assert_eq!(e.key, key, "{toml}: {e}");
+    }
+    // The flag names the backend even when the file does, in either key.
+    let file = parse_file("[upstream]\nurl = \"b:2\"\n").unwrap();
+    let f = Flags::parse_from(["tether", "--upstream", "c:3"]);
+    assert_eq!(
+        Config::from_parts(file, &f).unwrap().upstream.unwrap().port,
+        3
+    );
 }

@@ -20,3 +20,4 @@ mod limits;
 mod ops;
 mod record;
 mod routes;
+mod tls;

@@ -14,6 +14,7 @@ mod frames;
 mod redis;
 mod replicas;
 mod sidecar;
+mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -29,7 +30,8 @@ pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
-pub use sidecar::{demo_sidecar, sidecar, Sidecar};
+pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};
+pub use tls::{toml_path, Issued, TestCa, TlsFront};
 
 pub use tether::config::{parse_file, Config, Flags};
 pub use tether::metrics::Metrics;

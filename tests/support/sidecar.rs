@@ -91,6 +91,11 @@ pub async fn sidecar(upstream: SocketAddr, extra_toml: &str) -> Sidecar {
     start(&text, DemoOptions::default()).await
 }
 
+/// Starts tether from a whole configuration file (its own `[server]` table included).
+pub async fn sidecar_from(toml: &str) -> Sidecar {
+    start(toml, DemoOptions::default()).await
+}
+
 /// Starts tether without an upstream, so it runs its own demo backend with `demo` options.
 pub async fn demo_sidecar(demo: DemoOptions) -> Sidecar {
     start(

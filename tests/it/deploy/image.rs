@@ -102,7 +102,10 @@ fn the_systemd_unit_stops_with_sigterm_after_the_drain_it_configures() {
     let argv: Vec<&str> = exec[0].split_whitespace().collect();
     assert_eq!(argv[0], "/usr/local/bin/tether");
     let cfg = config_from_args(&argv[1..]);
-    assert_eq!(cfg.upstream.as_deref(), Some("127.0.0.1:3000"));
+    assert_eq!(
+        cfg.upstream.map(|u| u.to_string()).as_deref(),
+        Some("127.0.0.1:3000")
+    );
 
     let stop = unit_values(&unit, "TimeoutStopSec");
     let stop = humantime::parse_duration(stop.first().expect("TimeoutStopSec is set"))
