@@ -112,6 +112,43 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     );
 }
 
+/// The admin listener keeps the proxy's head deadline (a head that never ends is closed without
+/// an answer) but not its connection cap: with `max_connections = 1`, three idle admin
+/// connections are held and a fourth is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_keeps_the_head_deadline_and_has_no_connection_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let be = backend(|_| vec![sse_head(), Step::End]).await;
+    let tether = sidecar(
+        be.addr,
+        "[server]\nheader_timeout = \"300ms\"\nmax_connections = 1\n",
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(tether.admin).await.unwrap());
+    }
+    let mut r = request(tether.admin, "GET", "/healthz", &[], b"").await;
+    assert_eq!((r.status, &r.body_to_end().await[..]), (200, &b"ok\n"[..]));
+
+    let mut slow = tokio::net::TcpStream::connect(tether.admin).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = within(
+        "the header deadline closes the admin connection",
+        slow.read_to_end(&mut got),
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "",
+        "closed without an answer"
+    );
+    drop(held);
+}
+
 /// Metric labels name routes by their pattern and never carry a chat or run id: after a turn
 /// of a distinctive chat id in a path, its attach, resume, status and stop, and an attach and a
 /// stop naming a run id that does not exist, no scraped line contains any of those ids.
