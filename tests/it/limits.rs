@@ -389,7 +389,7 @@ async fn a_backend_that_never_sends_its_head_fails_the_turn_at_the_idle_timeout(
     let g = never.clone();
     let be = backend(move |_| vec![Step::Wait(g.clone())]).await;
     let tether = sidecar(be.addr, "[upstream]\nidle_timeout = \"300ms\"\n").await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut r = post(tether.addr, "/chat", &chat("c")).await;
     assert_eq!(
         (r.status, error_code(&mut r).await),
@@ -434,7 +434,7 @@ async fn a_connect_the_backend_never_completes_fails_at_the_connect_timeout() {
     let (listener, _filler) = a_listener_that_takes_no_connects();
     let addr = listener.local_addr().unwrap().as_socket().unwrap();
     let tether = sidecar(addr, "[upstream]\nconnect_timeout = \"300ms\"\n").await;
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let mut r = post(tether.addr, "/chat", &chat("c")).await;
     assert_eq!(
         (r.status, error_code(&mut r).await),

@@ -213,7 +213,7 @@ chat_id = "query:chat_id"
             .body_to_end()
             .await;
     }
-    let mut r = request(
+    let r = request(
         tether.addr,
         "GET",
         &format!("/api/chat/{chat_id}/stream"),
