@@ -122,6 +122,42 @@ fn auth_subject_forms() {
     assert_eq!(c.limits.abandon_after.0, Duration::from_secs(120));
 }
 
+/// Every replica must key tokens and owner hashes alike: a shared journal with a subject (from
+/// the file or `--auth-subject`) and no configured secret is refused, naming `auth.secret`; a
+/// secret in the file, or no subject, starts.
+#[test]
+fn a_shared_journal_with_a_subject_needs_a_configured_secret() {
+    assert!(
+        flags_secret().is_none(),
+        "TETHER_AUTH_SECRET is set in the test environment"
+    );
+    let cfg = |toml: &str, args: &[&str]| {
+        let f = Flags::parse_from(std::iter::once("tether").chain(args.iter().copied()));
+        Config::from_parts(parse_file(toml).unwrap(), &f)
+    };
+    let journal = "[journal]\nurl = \"redis://r:6379\"\n";
+    let subject = "[auth]\nsubject = \"header:X-User\"\n";
+    let e = cfg(&format!("{journal}{subject}"), &[]).unwrap_err();
+    assert_eq!(e.key, "auth.secret", "{e}");
+    let e = cfg(journal, &["--auth-subject", "cookie:sid"]).unwrap_err();
+    assert_eq!(e.key, "auth.secret", "{e}");
+    let e = cfg(subject, &["--journal", "redis://r:6379"]).unwrap_err();
+    assert_eq!(e.key, "auth.secret", "{e}");
+    let c = cfg(&format!("{journal}{subject}secret = \"shared\"\n"), &[]).unwrap();
+    assert_eq!(
+        (c.secret.as_slice(), c.secret_configured),
+        (&b"shared"[..], true)
+    );
+    let c = cfg(journal, &[]).unwrap();
+    assert_eq!(c.subject, Subject::None);
+    assert!(!c.secret_configured);
+    let c = cfg(subject, &[]).unwrap();
+    assert!(
+        c.journal.is_none() && !c.secret_configured,
+        "no journal: a random secret"
+    );
+}
+
 #[test]
 fn commit_and_chat_id_forms() {
     let text = "[[routes]]\nmethods=[\"post\"]\npath=\"/x\"\nkind=\"record\"\nchat_id=\"header:X-Chat\"\ncommit=\"event:CUSTOM:persisted\"\n";

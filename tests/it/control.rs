@@ -484,3 +484,81 @@ async fn over_max_recorded_bytes_a_new_turn_passes_through_unrecorded() {
         204
     );
 }
+
+/// Two owners recording the same chat id record two chats: Bob's turn for "c" does not
+/// supersede Alice's. Alice's observer of "c" gets her run's events, and only hers, to a
+/// persisted end; her status still names her run while Bob's names his.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_owner_recording_the_same_chat_id_does_not_supersede_the_first() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let alices = turn(6);
+    let bobs = vec![
+        json!({"type":"RUN_STARTED","threadId":"t","runId":"b"}),
+        json!({"type":"TEXT_MESSAGE_START","messageId":"bob","role":"assistant"}),
+        json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"bob","delta":"bob's answer"}),
+        json!({"type":"TEXT_MESSAGE_END","messageId":"bob"}),
+        json!({"type":"RUN_FINISHED","threadId":"t","runId":"b"}),
+    ];
+    let (a, b) = (alices.clone(), bobs.clone());
+    let be = backend(move |r: &Req| match r.header("x-user") {
+        Some("alice") => scripted_turn(&a, Some((2, &g))),
+        _ => scripted_turn(&b, Some((2, &g))),
+    })
+    .await;
+    let tether = sidecar(be.addr, "[auth]\nsubject = \"header:X-User\"\n").await;
+    const ALICE: &[(&str, &str)] = &[("x-user", "alice")];
+    const BOB: &[(&str, &str)] = &[("x-user", "bob")];
+    let (run_a, mut client_a) = started(&tether, "c", ALICE).await;
+    let live = chat("c").to_string();
+    let mut observer = request(tether.addr, "POST", "/chat/live", ALICE, live.as_bytes()).await;
+    let mut seen = vec![observer.frame().await.unwrap()];
+    assert_eq!(seen[0].ty(), "STREAM_SNAPSHOT");
+
+    let (run_b, mut client_b) = started(&tether, "c", BOB).await;
+    assert_ne!(run_a, run_b);
+    assert_eq!(be.requests.lock().len(), 2, "both turns are at the backend");
+    let status = |who: &'static [(&'static str, &'static str)]| {
+        let addr = tether.addr;
+        async move {
+            let mut r = request(addr, "GET", "/chat/run?chat_id=c", who, b"").await;
+            let v = json_body(&mut r).await;
+            (
+                v["run_id"].as_str().unwrap().to_string(),
+                v["status"].clone(),
+            )
+        }
+    };
+    assert_eq!(status(ALICE).await, (run_a.clone(), json!("running")));
+    assert_eq!(status(BOB).await, (run_b.clone(), json!("running")));
+
+    gate.open();
+    seen.extend(observer.frames_to_end().await);
+    let end = seen.last().unwrap();
+    assert_eq!(end.ty(), "STREAM_END");
+    assert_eq!(end.json["run_id"], json!(run_a));
+    assert_eq!(end.json["persisted"], true);
+    assert_eq!(end.json["superseded"], false);
+    assert!(end.json.get("next_run_id").is_none(), "{:?}", end.json);
+    assert!(seen.iter().all(|f| f.json["run_id"] == json!(run_a)));
+    let mut state = Reduced::default();
+    state.apply_frames(&seen, 0);
+    assert_eq!(state, Reduced::of(&alices), "Alice's events, and only hers");
+    let end_a = client_a.frames_to_end().await.pop().unwrap();
+    assert_eq!(
+        (
+            end_a.json["persisted"].clone(),
+            end_a.json["superseded"].clone()
+        ),
+        (json!(true), json!(false))
+    );
+    let end_b = client_b.frames_to_end().await.pop().unwrap();
+    assert_eq!(end_b.json["persisted"], true);
+    assert_eq!(status(ALICE).await, (run_a, json!("completed")));
+    assert_eq!(
+        tether
+            .metric("tether_runs_finished_total{outcome=\"superseded\"}")
+            .await,
+        0.0
+    );
+}

@@ -483,3 +483,168 @@ async fn a_connection_over_max_connections_gets_503_and_the_count_comes_back_to_
         (200, &b"plain"[..])
     );
 }
+
+/// tether's own routes, each kind once, for a chat `c`: record, attach, stop, status, annotate
+/// and a `from_start` resume; and a pass-through route.
+const OWN_ROUTES: &str = r#"
+[auth]
+subject = "header:X-User"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat"
+kind = "record"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/live"
+kind = "attach"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/stop"
+kind = "stop"
+forward = true
+
+[[routes]]
+methods = ["GET"]
+path = "/chat/run"
+kind = "status"
+chat_id = "query:chat_id"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/approve"
+kind = "annotate"
+
+[[routes]]
+methods = ["GET"]
+path = "/api/chat/{id}/stream"
+kind = "resume"
+dialect = "from_start"
+chat_id = "path:id"
+
+[[routes]]
+methods = ["POST"]
+path = "/other"
+kind = "passthrough"
+"#;
+
+/// With a subject configured, a record (protocol 1 or legacy), attach, stop (even one that
+/// would be forwarded), status, annotate or resume request without the identity gets `401
+/// unauthenticated`, while a run of chat `c` is live; the backend receives none of them, and
+/// the live run is untouched. With the identity, each is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tethers_own_routes_refuse_a_request_without_the_identity_and_forward_nothing() {
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |r: &Req| match r.path.as_str() {
+        "/chat" => scripted_turn(&turn(4), Some((2, &g))),
+        _ => fixed_answer(200, "application/json", r#"{"ok":true}"#),
+    })
+    .await;
+    let tether = sidecar(be.addr, OWN_ROUTES).await;
+    let alice = [("x-user", "alice")];
+    let mut turn_r = request(
+        tether.addr,
+        "POST",
+        "/chat",
+        &alice,
+        chat("c").to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(turn_r.status, 200);
+    let run = turn_r.frame().await.unwrap().json["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(be.requests.lock().len(), 1);
+
+    let stop = json!({"chat_id":"c","run_id":run}).to_string();
+    let approve = r#"{"chat_id":"c","tool_call_id":"t1","decision":"approve"}"#;
+    let cursor_body = cursor("c", &run, 1).to_string();
+    let p1 = chat("c").to_string();
+    let refused: [(&str, &str, &[u8]); 8] = [
+        ("POST", "/chat", p1.as_bytes()),
+        ("POST", "/chat", br#"{"chat_id":"c"}"#),
+        ("POST", "/chat/live", p1.as_bytes()),
+        ("POST", "/chat/live", cursor_body.as_bytes()),
+        ("POST", "/chat/stop", stop.as_bytes()),
+        ("GET", "/chat/run?chat_id=c", b""),
+        ("POST", "/chat/approve", approve.as_bytes()),
+        ("GET", "/api/chat/c/stream", b""),
+    ];
+    for (method, path, body) in refused {
+        // No identity at all, and an empty one.
+        for headers in [&[][..], &[("x-user", "")][..]] {
+            let mut r = request(tether.addr, method, path, headers, body).await;
+            let what = format!("{method} {path} {headers:?}");
+            assert_eq!(r.status, 401, "{what}");
+            let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+            assert_eq!(v["error"], "unauthenticated", "{what}");
+        }
+    }
+    assert_eq!(
+        be.requests.lock().len(),
+        1,
+        "nothing but Alice's turn reached the backend: {:?}",
+        be.requests.lock()
+    );
+    // Alice's run was not stopped, annotated or superseded.
+    let mut r = request(tether.addr, "GET", "/chat/run?chat_id=c", &alice, b"").await;
+    let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+    assert_eq!(
+        (v["run_id"].as_str(), v["status"].as_str()),
+        (Some(run.as_str()), Some("running"))
+    );
+    // With the identity, the same requests are served (the annotate and stop forwarded).
+    let mut r = request(
+        tether.addr,
+        "POST",
+        "/chat/approve",
+        &alice,
+        approve.as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    r.body_to_end().await;
+    let mut resumed = request(tether.addr, "GET", "/api/chat/c/stream", &alice, b"").await;
+    assert_eq!(resumed.status, 200);
+    let mut r = request(tether.addr, "POST", "/chat/stop", &alice, stop.as_bytes()).await;
+    assert_eq!(r.status, 200);
+    r.body_to_end().await;
+    eventually("the annotate and the stop are forwarded", || {
+        let seen = be.requests.lock();
+        ["/chat/approve", "/chat/stop"]
+            .iter()
+            .all(|p| seen.iter().any(|r| r.path == *p))
+    })
+    .await;
+    gate.open();
+    let end = turn_r.frames_to_end().await.pop().unwrap();
+    assert_eq!(end.json["reason"], "cancelled");
+    resumed.body_to_end().await;
+}
+
+/// With a subject configured, what tether does not answer itself still goes to the backend as
+/// sent, identity or not: a pass-through route, a request that matches no route, and an attach
+/// without `"protocol":1` (the backend's own checks apply to them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_identity_pass_through_and_legacy_attaches_are_still_forwarded() {
+    let be = backend(|_| fixed_answer(200, "application/json", r#"{"ok":true}"#)).await;
+    let tether = sidecar(be.addr, OWN_ROUTES).await;
+    for (method, path, body) in [
+        ("POST", "/other", &br#"{"chat_id":"c"}"#[..]),
+        ("GET", "/elsewhere", b""),
+        ("POST", "/chat/live", br#"{"chat_id":"c"}"#),
+    ] {
+        let mut r = request(tether.addr, method, path, &[], body).await;
+        assert_eq!(
+            (r.status, &r.body_to_end().await[..]),
+            (200, &br#"{"ok":true}"#[..]),
+            "{method} {path}"
+        );
+    }
+    let paths: Vec<String> = be.requests.lock().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/other", "/elsewhere", "/chat/live"]);
+}

@@ -342,3 +342,110 @@ async fn an_event_still_arriving_when_the_buffer_budget_is_spent_is_dropped_and_
     assert_eq!(types, [json!("RUN_STARTED"), json!("RUN_FINISHED")]);
     assert_eq!(tether.metric("tether_buffered_bytes").await, 0.0);
 }
+
+/// `[upstream] max_run_duration` stops a run whose backend never ends: its client gets the
+/// events so far, then `STREAM_END` `persisted: false`, `reason: "max_duration"`, and the
+/// backend's connection is closed (what it writes after the deadline fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_longer_than_max_run_duration_is_stopped_as_max_duration() {
+    let gate = Gate::default();
+    let events = turn(4);
+    let be = turn_backend(events.clone(), Some((2, gate.clone()))).await;
+    let tether = sidecar(be.addr, "[upstream]\nmax_run_duration = \"300ms\"\n").await;
+    let frames = post(tether.addr, "/chat", &chat("long"))
+        .await
+        .frames_to_end()
+        .await;
+    let end = frames.last().unwrap();
+    assert_eq!(end.ty(), "STREAM_END");
+    assert_eq!(
+        (
+            end.json["persisted"].clone(),
+            end.json["reason"].clone(),
+            end.seq()
+        ),
+        (json!(false), json!("max_duration"), 2)
+    );
+    let mut state = Reduced::default();
+    state.apply_frames(&frames, 0);
+    assert_eq!(state, Reduced::of(&events[..2]));
+    assert_eq!(
+        tether
+            .metric("tether_runs_finished_total{outcome=\"not_persisted\"}")
+            .await,
+        1.0
+    );
+    gate.open();
+    be.wait_answers(1).await;
+    assert!(be.served.lock()[0].write_failed, "the backend was cut off");
+}
+
+/// A backend that takes the request and never sends its response head fails the turn after
+/// `[upstream] idle_timeout`: `502 upstream_unreachable`, counted as an upstream timeout, and
+/// the turn is not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_never_sends_its_head_fails_the_turn_at_the_idle_timeout() {
+    let never = Gate::default();
+    let g = never.clone();
+    let be = backend(move |_| vec![Step::Wait(g.clone())]).await;
+    let tether = sidecar(be.addr, "[upstream]\nidle_timeout = \"300ms\"\n").await;
+    let started = tokio::time::Instant::now();
+    let mut r = post(tether.addr, "/chat", &chat("c")).await;
+    assert_eq!(
+        (r.status, error_code(&mut r).await),
+        (502, "upstream_unreachable".to_string())
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert_eq!(
+        tether
+            .metric("tether_upstream_errors_total{kind=\"timeout\"}")
+            .await,
+        1.0
+    );
+    assert_eq!(be.requests.lock().len(), 1, "not retried");
+    drop(never);
+}
+
+/// A listener that completes no more handshakes: its accept queue (backlog 0) is filled by one
+/// connection it never accepts, so the kernel drops every later SYN and a connect to it hangs.
+fn a_listener_that_takes_no_connects() -> (socket2::Socket, std::net::TcpStream) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    s.listen(0).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    let filler = std::net::TcpStream::connect(addr).unwrap();
+    // The queue is full once a further connect no longer completes.
+    let probe = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200));
+    assert!(probe.is_err(), "the accept queue is not full: {probe:?}");
+    (s, filler)
+}
+
+/// `[upstream] connect_timeout` bounds a connect the backend never completes: `502
+/// upstream_unreachable` after the timeout, counted as a connect error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_the_backend_never_completes_fails_at_the_connect_timeout() {
+    let (listener, _filler) = a_listener_that_takes_no_connects();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let tether = sidecar(addr, "[upstream]\nconnect_timeout = \"300ms\"\n").await;
+    let started = tokio::time::Instant::now();
+    let mut r = post(tether.addr, "/chat", &chat("c")).await;
+    assert_eq!(
+        (r.status, error_code(&mut r).await),
+        (502, "upstream_unreachable".to_string())
+    );
+    let took = started.elapsed();
+    assert!(took >= std::time::Duration::from_millis(300), "{took:?}");
+    assert_eq!(
+        tether
+            .metric("tether_upstream_errors_total{kind=\"connect\"}")
+            .await,
+        1.0
+    );
+}

@@ -112,6 +112,149 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     );
 }
 
+/// The admin listener keeps the proxy's head deadline (a head that never ends is closed without
+/// an answer) but not its connection cap: with `max_connections = 1`, three idle admin
+/// connections are held and a fourth is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_keeps_the_head_deadline_and_has_no_connection_cap() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let be = backend(|_| vec![sse_head(), Step::End]).await;
+    let tether = sidecar(
+        be.addr,
+        "[server]\nheader_timeout = \"300ms\"\nmax_connections = 1\n",
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(tokio::net::TcpStream::connect(tether.admin).await.unwrap());
+    }
+    let mut r = request(tether.admin, "GET", "/healthz", &[], b"").await;
+    assert_eq!((r.status, &r.body_to_end().await[..]), (200, &b"ok\n"[..]));
+
+    let mut slow = tokio::net::TcpStream::connect(tether.admin).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = within(
+        "the header deadline closes the admin connection",
+        slow.read_to_end(&mut got),
+    )
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        "",
+        "closed without an answer"
+    );
+    drop(held);
+}
+
+/// Metric labels name routes by their pattern and never carry a chat or run id: after a turn
+/// of a distinctive chat id in a path, its attach, resume, status and stop, and an attach and a
+/// stop naming a run id that does not exist, no scraped line contains any of those ids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metric_labels_never_carry_a_chat_or_run_id() {
+    let be = backend(|r: &Req| match r.path.as_str() {
+        p if p.starts_with("/api/chat/") => scripted_turn(&turn(4), None),
+        _ => fixed_answer(200, "application/json", r#"{"ok":true}"#),
+    })
+    .await;
+    let routes = r#"
+[[routes]]
+methods = ["POST"]
+path = "/api/chat/{id}/stop"
+kind = "stop"
+chat_id = "path:id"
+
+[[routes]]
+methods = ["POST"]
+path = "/api/chat/{id}"
+kind = "record"
+chat_id = "path:id"
+
+[[routes]]
+methods = ["GET"]
+path = "/api/chat/{id}/stream"
+kind = "resume"
+dialect = "from_start"
+chat_id = "path:id"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/live"
+kind = "attach"
+
+[[routes]]
+methods = ["GET"]
+path = "/chat/run"
+kind = "status"
+chat_id = "query:chat_id"
+"#;
+    let tether = sidecar(be.addr, routes).await;
+    let chat_id = "chatzq7xv31";
+    let ghost = "runkq9w2ghost";
+    let f = post(
+        tether.addr,
+        &format!("/api/chat/{chat_id}"),
+        &json!({"protocol":1}),
+    )
+    .await
+    .frames_to_end()
+    .await;
+    assert_eq!(f.last().unwrap().json["persisted"], true);
+    let run = f[0].json["run_id"].as_str().unwrap().to_string();
+    for body in [
+        cursor(chat_id, &run, 1),
+        cursor(chat_id, ghost, 1),
+        chat(chat_id),
+    ] {
+        post(tether.addr, "/chat/live", &body)
+            .await
+            .body_to_end()
+            .await;
+    }
+    let r = request(
+        tether.addr,
+        "GET",
+        &format!("/api/chat/{chat_id}/stream"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(r.status, 204, "a saved run is not resumed");
+    let q = format!("/chat/run?chat_id={chat_id}");
+    request(tether.addr, "GET", &q, &[], b"")
+        .await
+        .body_to_end()
+        .await;
+    let stop = format!("/api/chat/{chat_id}/stop");
+    for run_id in [run.as_str(), ghost] {
+        post(tether.addr, &stop, &json!({"run_id":run_id}))
+            .await
+            .body_to_end()
+            .await;
+    }
+
+    let text = tether.metrics().await;
+    assert_eq!(
+        tether
+            .metric("tether_runs_started_total{format=\"agui\",route=\"/api/chat/{id}\"}")
+            .await,
+        1.0,
+        "the route is labelled by its pattern"
+    );
+    let attaches: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("tether_attach_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(attaches >= 4.0, "the attaches were counted: {attaches}");
+    for id in [chat_id, run.as_str(), ghost] {
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains(id)).collect();
+        assert!(lines.is_empty(), "{id} in the metrics: {lines:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completed_runs_are_evicted_after_retention_and_counted() {
     let be = turn_backend(vec![json!({"type":"RUN_FINISHED"})], None).await;
