@@ -88,6 +88,18 @@ pub struct Journal {
     pub lease: std::time::Duration,
     /// Follower poll interval.
     pub poll: std::time::Duration,
+    /// TLS (`rediss://`): the CA file (`None`: the system's roots), the client certificate
+    /// and key files; `None`: plain `redis://`.
+    pub tls: Option<JournalTls>,
+}
+
+/// The files of a `rediss://` journal's TLS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalTls {
+    /// CA certificates (PEM) that verify Redis; `None`: the system's roots.
+    pub ca: Option<std::path::PathBuf>,
+    /// A client certificate chain (PEM) and its key (PEM), for a Redis that asks for one.
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// The raw record's settings, derived from the routes that read it.
@@ -183,6 +195,15 @@ impl Config {
         if let Some(v) = flags.journal_cluster {
             file.journal.cluster = v;
         }
+        if let Some(v) = &flags.journal_ca {
+            file.journal.ca = Some(v.clone());
+        }
+        if let Some(v) = &flags.journal_cert {
+            file.journal.cert = Some(v.clone());
+        }
+        if let Some(v) = &flags.journal_key {
+            file.journal.key = Some(v.clone());
+        }
         let mut cfg = file.validate().map_err(|mut e| {
             if e.key == "server.upstream" {
                 e.key = upstream_key(flags).into();
@@ -253,6 +274,33 @@ fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
     for node in &nodes {
         redis_url(node, j.cluster)?;
     }
+    let tls = nodes[0].starts_with("rediss://");
+    if nodes.iter().any(|n| n.starts_with("rediss://") != tls) {
+        return Err(err(
+            "journal.url",
+            "every seed node speaks TLS (rediss://) or none does (redis://)",
+        ));
+    }
+    if j.cert.is_some() != j.key.is_some() {
+        let key = if j.cert.is_some() {
+            "journal.key"
+        } else {
+            "journal.cert"
+        };
+        return Err(err(key, "a client certificate needs both cert and key"));
+    }
+    if !tls && (j.ca.is_some() || j.cert.is_some()) {
+        let key = if j.ca.is_some() {
+            "journal.ca"
+        } else {
+            "journal.cert"
+        };
+        return Err(err(key, "is for a TLS journal (rediss://)"));
+    }
+    let tls = tls.then(|| JournalTls {
+        ca: j.ca.clone(),
+        client: j.cert.clone().zip(j.key.clone()),
+    });
     if nodes.len() > 1 && !j.cluster {
         return Err(err(
             "journal.url",
@@ -282,21 +330,20 @@ fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
         replica_id,
         lease: j.lease.0,
         poll: j.poll.0,
+        tls,
     }))
 }
 
-/// Checks one Redis URL: `redis://` (no TLS built in), and in a cluster no database but 0.
+/// Checks one Redis URL: `redis://` or `rediss://` (TLS), and in a cluster no database but 0.
 fn redis_url(url: &str, cluster: bool) -> Result<(), ConfigError> {
-    if url.starts_with("rediss://") {
+    let Some(rest) = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("rediss://"))
+        .filter(|r| !r.is_empty())
+    else {
         return Err(err(
             "journal.url",
-            "rediss:// (TLS) is not built into this tether; use redis:// on a private network",
-        ));
-    }
-    let Some(rest) = url.strip_prefix("redis://").filter(|r| !r.is_empty()) else {
-        return Err(err(
-            "journal.url",
-            format!("{url:?} must be redis://HOST:PORT[/DB]"),
+            format!("{url:?} must be redis://HOST:PORT[/DB] or rediss://HOST:PORT[/DB]"),
         ));
     };
     let after_host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);

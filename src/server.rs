@@ -63,6 +63,9 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let (accept_stop, accept_rx) = watch::channel(false);
     let (proxy_stop, proxy_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    // One TLS crypto provider (ring) for the process, before any TLS client is made: Pingora's
+    // backend connector and redis-rs's `rediss://` connections both take the default.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let pingora_conf = Arc::new(ServerConf::default());
     // The admin and demo listeners: the same deadlines, no cap, not counted.
     let small = Policy::new(&cfg);

@@ -233,9 +233,17 @@ impl Default for Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JournalConf {
-    /// `redis://HOST:PORT[/DB]`; in cluster mode one or more seed nodes separated by commas;
-    /// empty: the in-process journal only.
+    /// `redis://HOST:PORT[/DB]` (`rediss://` for TLS); in cluster mode one or more seed nodes
+    /// separated by commas; empty: the in-process journal only.
     pub url: String,
+    /// PEM file of the CA certificates that verify a `rediss://` Redis, instead of the
+    /// system's roots (`--journal-ca`).
+    pub ca: Option<std::path::PathBuf>,
+    /// PEM file of a client certificate for a Redis that asks for one, with `key`
+    /// (`--journal-cert`).
+    pub cert: Option<std::path::PathBuf>,
+    /// PEM file of the client certificate's private key (`--journal-key`).
+    pub key: Option<std::path::PathBuf>,
     /// Whether `url` names a Redis Cluster (7+) rather than one server.
     pub cluster: bool,
     /// This replica's name in the journal; empty: hostname, pid and a random suffix.
@@ -251,6 +259,9 @@ impl Default for JournalConf {
     fn default() -> Self {
         JournalConf {
             url: String::new(),
+            ca: None,
+            cert: None,
+            key: None,
             cluster: false,
             replica_id: String::new(),
             lease: Dur(Duration::from_secs(10)),

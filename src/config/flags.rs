@@ -110,6 +110,15 @@ pub struct Flags {
     #[arg(long, env = "TETHER_JOURNAL_CLUSTER", value_name = "BOOL", num_args = 0..=1,
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub journal_cluster: Option<bool>,
+    /// PEM file of the CA certificates that verify a rediss:// journal [default: the system's].
+    #[arg(long, env = "TETHER_JOURNAL_CA")]
+    pub journal_ca: Option<PathBuf>,
+    /// PEM file of a client certificate for the journal's Redis (with --journal-key).
+    #[arg(long, env = "TETHER_JOURNAL_CERT")]
+    pub journal_cert: Option<PathBuf>,
+    /// PEM file of the journal client certificate's private key.
+    #[arg(long, env = "TETHER_JOURNAL_KEY")]
+    pub journal_key: Option<PathBuf>,
     /// This replica's name in the shared journal [default: hostname-pid-random].
     #[arg(long, env = "TETHER_REPLICA_ID")]
     pub replica_id: Option<String>,

@@ -469,6 +469,43 @@ fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
     assert!(e.message.contains("database 0"), "{e}");
     let e = journal("[journal]\ncluster = true\nurl = \"redis://a,rediss://b\"\n").unwrap_err();
     assert!(e.message.contains("TLS"), "{e}");
+    let c = journal(
+        "[journal]\ncluster = true\nurl = \"rediss://a:1,rediss://b:2\"\nca = \"/ca.pem\"\n",
+    )
+    .unwrap()
+    .unwrap();
+    let tls = c.tls.expect("a TLS journal");
+    assert_eq!(tls.ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+    assert!(tls.client.is_none());
+    for (toml, key) in [
+        (
+            "[journal]\nurl = \"redis://a:1\"\nca = \"/ca.pem\"\n",
+            "journal.ca",
+        ),
+        (
+            "[journal]\nurl = \"rediss://a:1\"\ncert = \"/c.pem\"\n",
+            "journal.key",
+        ),
+    ] {
+        assert_eq!(journal(toml).unwrap_err().key, key, "{toml}");
+    }
+    let f = Flags::parse_from([
+        "tether",
+        "--journal",
+        "rediss://r:6380",
+        "--journal-cert",
+        "/c.pem",
+        "--journal-key",
+        "/k.pem",
+    ]);
+    let c = Config::from_parts(File::default(), &f)
+        .unwrap()
+        .journal
+        .unwrap();
+    assert_eq!(
+        c.tls.unwrap().client,
+        Some(("/c.pem".into(), "/k.pem".into()))
+    );
     let f = Flags::parse_from(["tether", "--journal", "redis://a:7000", "--journal-cluster"]);
     let c = Config::from_parts(File::default(), &f)
         .unwrap()

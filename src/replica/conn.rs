@@ -11,6 +11,9 @@
 //!   reconnect or a topology change. A pipeline whose commands span several slots (the write
 //!   pipeline's calls for many chats) is sent as one pipeline per slot, all at once, since
 //!   redis-rs sends a cluster pipeline to one node only.
+//!
+//! With `rediss://` URLs every connection speaks TLS (redis-rs over rustls), verified against the
+//! system's roots or `[journal] ca`, with the client certificate when one is configured.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,7 +23,10 @@ use redis::aio::{AsyncPushSender, ConnectionLike, ConnectionManager, ConnectionM
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Arg, Cmd, Pipeline, ProtocolVersion, RedisFuture, RedisResult, Value};
+use redis::{
+    Arg, ClientTlsConfig, Cmd, IntoConnectionInfo, Pipeline, ProtocolVersion, RedisFuture,
+    RedisResult, TlsCertificates, Value,
+};
 use tokio::sync::OnceCell;
 
 use super::CALL_TIMEOUT;
@@ -64,10 +70,10 @@ impl Conn {
     pub(crate) fn commands(cfg: &config::Journal) -> RedisResult<Conn> {
         if cfg.cluster {
             return Ok(Conn::Cluster(LazyCluster::new(
-                cluster_builder(cfg).build()?,
+                cluster_builder(cfg)?.build()?,
             )));
         }
-        let client = redis::Client::open(cfg.url.as_str())?;
+        let client = client(cfg, cfg.url.as_str())?;
         Ok(Conn::Server(ConnectionManager::new_lazy_with_config(
             client,
             manager_config(),
@@ -78,7 +84,7 @@ impl Conn {
     /// where it arrives, subscriptions renewed after a reconnect.
     pub(crate) fn pushes(cfg: &config::Journal, push: impl AsyncPushSender) -> RedisResult<Conn> {
         if cfg.cluster {
-            let client = cluster_builder(cfg)
+            let client = cluster_builder(cfg)?
                 .use_protocol(ProtocolVersion::RESP3)
                 .push_sender(push)
                 .build()?;
@@ -93,7 +99,7 @@ impl Conn {
                 .set_protocol(ProtocolVersion::RESP3),
         );
         Ok(Conn::Server(ConnectionManager::new_lazy_with_config(
-            redis::Client::open(resp3)?,
+            client(cfg, resp3)?,
             manager_config()
                 .set_push_sender(push)
                 .set_automatic_resubscription(),
@@ -158,13 +164,49 @@ fn manager_config() -> ConnectionManagerConfig {
         .set_max_delay(MAX_RETRY_WAIT)
 }
 
-/// The cluster client's settings, the same as [`manager_config`]'s, on the seed nodes.
-fn cluster_builder(cfg: &config::Journal) -> ClusterClientBuilder {
-    ClusterClientBuilder::new(cfg.nodes.iter().map(String::as_str))
+/// The cluster client's settings, the same as [`manager_config`]'s, on the seed nodes (over TLS
+/// with the configured certificates for `rediss://` seeds).
+fn cluster_builder(cfg: &config::Journal) -> RedisResult<ClusterClientBuilder> {
+    let builder = ClusterClientBuilder::new(cfg.nodes.iter().map(String::as_str))
         .connection_timeout(CONNECT_TIMEOUT)
         .response_timeout(CALL_TIMEOUT)
         .retries(RETRIES)
-        .max_retry_wait(MAX_RETRY_WAIT.as_millis() as u64)
+        .max_retry_wait(MAX_RETRY_WAIT.as_millis() as u64);
+    Ok(match &cfg.tls {
+        Some(tls) => builder.certs(certificates(tls)?),
+        None => builder,
+    })
+}
+
+/// A client of one server: over TLS with the configured certificates for `rediss://`.
+fn client(cfg: &config::Journal, info: impl IntoConnectionInfo) -> RedisResult<redis::Client> {
+    match &cfg.tls {
+        Some(tls) => redis::Client::build_with_tls(info, certificates(tls)?),
+        None => redis::Client::open(info),
+    }
+}
+
+/// The PEM files of a TLS journal, read.
+fn certificates(tls: &config::JournalTls) -> RedisResult<TlsCertificates> {
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| {
+            redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "cannot read a journal TLS file",
+                format!("{}: {e}", p.display()),
+            ))
+        })
+    };
+    Ok(TlsCertificates {
+        root_cert: tls.ca.as_deref().map(read).transpose()?,
+        client_tls: match &tls.client {
+            Some((cert, key)) => Some(ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            None => None,
+        },
+    })
 }
 
 impl ConnectionLike for Conn {

@@ -10,6 +10,7 @@ mod doorbells;
 mod owners;
 mod rebase;
 mod supersede;
+mod tls;
 
 use crate::support::*;
 use serde_json::{json, Value};

@@ -31,7 +31,7 @@ pub use frames::{parse_frame, Frame, Reduced};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};
-pub use tls::{toml_path, Issued, TestCa, TlsFront};
+pub use tls::{toml_path, Issued, TestCa, TlsFront, TlsRedis};
 
 pub use tether::config::{parse_file, Config, Flags};
 pub use tether::metrics::Metrics;

@@ -18,7 +18,8 @@ pub struct RedisServer {
     args: Vec<String>,
 }
 
-fn free_port() -> u16 {
+/// A port free now on 127.0.0.1.
+pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
@@ -38,7 +39,8 @@ impl RedisServer {
         Self::with_args(free_port(), Vec::new())
     }
 
-    fn with_args(port: u16, args: Vec<String>) -> Self {
+    /// Starts redis-server on `port` with extra `args` and waits until it answers.
+    pub fn with_args(port: u16, args: Vec<String>) -> Self {
         let mut r = RedisServer {
             port,
             child: None,

@@ -195,3 +195,72 @@ impl Drop for TlsFront {
 pub fn toml_path(p: &Path) -> String {
     p.display().to_string().replace('\\', "\\\\")
 }
+
+/// A redis-server speaking TLS on `tls_port` (with the CA's certificate for `localhost`) beside
+/// its plain port, which only the test's own look inside uses ([`JournalRedis::keys`], …); the
+/// replicas journal to `rediss://localhost:<tls_port>` trusting `trusted`.
+pub struct TlsRedis {
+    /// The server (its plain port).
+    pub server: super::RedisServer,
+    /// The TLS port.
+    pub tls_port: u16,
+    toml: String,
+}
+
+impl TlsRedis {
+    /// Starts the server with `cert` issued by `ca`; the replicas trust `trusted` (`ca`, or
+    /// another CA to see them refuse). With `client`, Redis requires a client certificate of
+    /// `ca` and the replicas present `client`.
+    pub fn start(ca: &TestCa, cert: &Issued, trusted: &TestCa, client: Option<&Issued>) -> Self {
+        let tls_port = super::redis::free_port();
+        let args = [
+            "--tls-port",
+            &tls_port.to_string(),
+            "--tls-cert-file",
+            &toml_path(&cert.cert_pem),
+            "--tls-key-file",
+            &toml_path(&cert.key_pem),
+            "--tls-ca-cert-file",
+            &toml_path(&ca.pem),
+            "--tls-auth-clients",
+            if client.is_some() { "yes" } else { "no" },
+        ]
+        .map(str::to_string)
+        .to_vec();
+        let server = super::RedisServer::with_args(super::redis::free_port(), args);
+        let mut toml = format!(
+            "url = \"rediss://localhost:{tls_port}\"\nca = \"{}\"\n",
+            toml_path(&trusted.pem)
+        );
+        if let Some(c) = client {
+            toml.push_str(&format!(
+                "cert = \"{}\"\nkey = \"{}\"\n",
+                toml_path(&c.cert_pem),
+                toml_path(&c.key_pem)
+            ));
+        }
+        TlsRedis {
+            server,
+            tls_port,
+            toml,
+        }
+    }
+}
+
+impl super::JournalRedis for TlsRedis {
+    fn journal_toml(&self) -> String {
+        self.toml.clone()
+    }
+
+    fn keys(&self, pattern: &str) -> Vec<String> {
+        self.server.keys(pattern)
+    }
+
+    fn channels(&self, pattern: &str) -> Vec<String> {
+        self.server.channels(pattern)
+    }
+
+    fn first_port(&self) -> u16 {
+        self.server.first_port()
+    }
+}

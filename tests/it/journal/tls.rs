@@ -1,0 +1,44 @@
+//! A journal over TLS: Debian's redis-server with `--tls-port` and certificates the test made,
+//! the replicas on `rediss://localhost:<port>` trusting the test CA. The attach-mid-run
+//! scenario runs unchanged over it (with and without a client certificate Redis requires), and
+//! a replica trusting another CA never gets the journal ready.
+
+use super::attach_mid_run;
+use crate::support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_on_the_other_replica_mid_run_works_over_a_tls_journal() {
+    let ca = TestCa::new("redis");
+    let cert = ca.issue("redis", &["localhost"]);
+    attach_mid_run(&TlsRedis::start(&ca, &cert, &ca, None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_requires_a_client_certificate_gets_the_configured_one() {
+    let ca = TestCa::new("redis-mtls");
+    let cert = ca.issue("redis", &["localhost"]);
+    let client = ca.issue("replica", &["tether.test"]);
+    attach_mid_run(&TlsRedis::start(&ca, &cert, &ca, Some(&client))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_trusts_another_ca_never_reports_the_journal_ready() {
+    let ca = TestCa::new("redis-real");
+    let other = TestCa::new("redis-other");
+    let cert = ca.issue("redis", &["localhost"]);
+    let redis = TlsRedis::start(&ca, &cert, &other, None);
+    let be = turn_backend(turn(3), None).await;
+    let a = replica(be.addr, &redis, "a", "").await;
+    eventually_async("the journal reports degraded", || async {
+        a.metric("tether_journal_degraded").await == 1.0
+    })
+    .await;
+    let mut r = request(a.admin, "GET", "/readyz", &[], b"").await;
+    let body = r.body_to_end().await;
+    assert!(
+        !String::from_utf8_lossy(&body).contains("journal: ok"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(redis.server.keys("tj:*").is_empty(), "nothing was written");
+}
