@@ -12,22 +12,26 @@
 //! The backend's answer to each turn is deterministic from (seed, owner, chat, turn), and every
 //! event carries a marker `owner/chat/turn/g<generation>/<index>`. Every observer is checked on
 //! every frame: its state after seq `s` is exactly the answer reduced up to its event `s` (no
-//! duplicate, no gap, no other owner's, chat's, turn's or generation's event); its end is
+//! duplicate, no gap, no other owner's, chat's, turn's or generation's event). Its end is
 //! `persisted:true` with the whole answer, or `persisted:false` with an allowed reason
-//! (`owner_lost`, `upstream_reset`, `superseded`), or a documented answer (`204` or another
-//! run's replacement snapshot on every replica once Redis lost the run; `502
-//! upstream_unreachable` to a record request during a backend reset); no wait for a frame or an
-//! answer lasts past lease + poll + heartbeat (+ a margin) once every fault has healed. The
-//! backend must see each turn at most once, each turn has at most one run, and the stopped
-//! replica's runs keep their `owner_lost` end after it resumes. Once a turn ended, its run is
-//! read from the start on every replica: each serves it and ends it as the others do (a
-//! disagreement is counted as a split end). The counts are printed at the end; any violation fails the test, each listed
-//! with its seed.
+//! (`owner_lost`, `upstream_reset`, `superseded`), or a documented answer: `204` or another
+//! run's replacement snapshot from every replica once Redis lost the run (restarted empty) or
+//! the chat's next turn replaced it, `502 upstream_unreachable` to a record request during a
+//! backend reset. No wait for a frame or an answer lasts past lease + poll + heartbeat (+ a
+//! margin) once every fault has healed, and a run's producer serves its own stream and record
+//! requests through every Redis fault. The backend sees each turn at most once, each turn has
+//! at most one run, and the stopped replica's runs keep their `owner_lost` end after it
+//! resumes. Once a turn ended, every replica is asked for its run from the start and must serve
+//! it; replicas that disagree on its end are counted (split ends), not failed: the rule is per
+//! observer. The counts are printed at the end; any violation fails the test, each listed with
+//! its seed.
 //!
+//! The short profile (every fault kind twice) runs with the integration tests.
 //! `SEED=<n> cargo test --test it chaos -- --nocapture` reruns a seed (the same answers, fault
 //! order and cut points; the machine's timing still varies). `CHAOS_PROFILE=long` (or
 //! `scripts/chaos.sh --long`) runs the schedule for 20 minutes; `CHAOS_DURATION=5m` sets another
-//! length.
+//! length. `CHAOS_TRACE=1` prints each observer's outcome; `TETHER_TEST_BINARY_LOG=<file>` keeps
+//! the binary replica's log.
 
 mod observer;
 mod schedule;
@@ -78,7 +82,7 @@ fn settings() -> String {
 const OWNERS: [&str; 2] = ["alice", "bob"];
 
 struct Profile {
-    /// None: every fault kind once.
+    /// None: every fault kind twice.
     length: Option<Duration>,
     chats_per_owner: usize,
 }
@@ -224,7 +228,7 @@ async fn chaos_every_observer_gets_the_whole_answer_once_or_an_explicit_end() {
     println!(
         "chaos: SEED={seed} ({}); rerun: SEED={seed} cargo test --test it chaos -- --nocapture",
         match profile.length {
-            None => "short profile: every fault once".to_string(),
+            None => "short profile: every fault kind twice".to_string(),
             Some(d) => format!("{d:?} of faults"),
         }
     );
@@ -283,7 +287,7 @@ async fn chaos_every_observer_gets_the_whole_answer_once_or_an_explicit_end() {
         rng: rng(seed, &["schedule"]),
     };
     schedule
-        .run(profile.length.map(|d| Instant::now() + d))
+        .run(2, profile.length.map(|d| Instant::now() + d))
         .await;
     // A quiet stretch after the last fault, then every chat finishes its turn.
     tokio::time::sleep(Duration::from_secs(2)).await;

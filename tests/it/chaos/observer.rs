@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::world::{answer, diagnose, rng, Turn, World, NAMES, SILENCE};
+use super::world::{answer, diagnose, rng, Scope, Turn, World, NAMES, SILENCE};
 use crate::support::{try_request, Frame, Reduced, Resp};
 
 /// How often a waiting reader looks at the clock.
@@ -335,7 +335,14 @@ impl Observer {
     }
 
     /// Sends one request; `Err` when it got no answer (a violation unless a fault explains it).
-    async fn connect(&mut self, r: usize, method: &str, path: &str, body: &Value) -> Option<Resp> {
+    async fn connect(
+        &mut self,
+        r: usize,
+        method: &str,
+        path: &str,
+        body: &Value,
+        scope: Scope,
+    ) -> Option<Resp> {
         let body = match body {
             Value::Null => Vec::new(),
             v => v.to_string().into_bytes(),
@@ -350,7 +357,7 @@ impl Observer {
                 res = &mut fut => match res {
                     Ok(resp) => return Some(resp),
                     Err(e) => {
-                        if self.w().fault_since(t0) {
+                        if self.w().fault_since(t0, scope) {
                             self.w().count("requests_failed_in_a_fault");
                         } else {
                             self.violation(r, format!("{method} {path} failed: {e}"));
@@ -360,11 +367,11 @@ impl Observer {
                 },
                 _ = tokio::time::sleep(TICK) => {}
             }
-            if self.w().fault_since(t0) && t0.elapsed() >= SILENCE {
+            if self.w().fault_since(t0, scope) && t0.elapsed() >= SILENCE {
                 self.w().count("cuts.watchdog");
                 return None;
             }
-            if self.w().overdue(t0) {
+            if self.w().overdue(t0, scope) {
                 self.violation(
                     r,
                     format!("hang: no answer to {method} {path} in {:?}", t0.elapsed()),
@@ -378,7 +385,7 @@ impl Observer {
     async fn record(&mut self, r: usize) -> Flow {
         let body = json!({"chat_id": self.turn.chat, "protocol": 1, "turn": self.turn.n});
         let posted = Instant::now();
-        let Some(mut resp) = self.connect(r, "POST", "/chat", &body).await else {
+        let Some(mut resp) = self.connect(r, "POST", "/chat", &body, Scope::Local).await else {
             self.post_excused = true;
             return Flow::Again;
         };
@@ -391,7 +398,7 @@ impl Observer {
                     .and_then(|b| serde_json::from_slice(&b).ok())
                     .unwrap_or_default();
                 let code = v["error"].as_str().unwrap_or("?").to_string();
-                if code != "upstream_unreachable" || !self.w().fault_since(posted) {
+                if code != "upstream_unreachable" || !self.w().fault_since(posted, Scope::Local) {
                     self.violation(r, format!("record answered 502 {v}"));
                     return Flow::End(Outcome::Violated);
                 }
@@ -407,7 +414,7 @@ impl Observer {
     /// The record request got no answer: the turn may have started. Look for the chat's run on
     /// the status route until the hang bound (after every fault) has passed.
     async fn search(&mut self, r: usize, since: Instant) -> Flow {
-        if self.w().overdue(since) {
+        if self.w().overdue(since, Scope::Any) {
             if !self.post_excused {
                 self.violation(r, "the turn's run never appeared");
                 return Flow::End(Outcome::Violated);
@@ -416,7 +423,10 @@ impl Observer {
         }
         self.w().count("searches");
         let path = format!("/chat/run?chat_id={}", self.turn.chat);
-        let Some(mut resp) = self.connect(r, "GET", &path, &Value::Null).await else {
+        let Some(mut resp) = self
+            .connect(r, "GET", &path, &Value::Null, Scope::Any)
+            .await
+        else {
             return Flow::Again;
         };
         if resp.status != 200 {
@@ -468,7 +478,10 @@ impl Observer {
 
     async fn attach(&mut self, r: usize, body: Value) -> Flow {
         let cursor = body.get("run_id").is_some();
-        let Some(resp) = self.connect(r, "POST", "/chat/live", &body).await else {
+        let Some(resp) = self
+            .connect(r, "POST", "/chat/live", &body, Scope::Any)
+            .await
+        else {
             return Flow::Again;
         };
         match resp.status {
@@ -551,6 +564,15 @@ impl Observer {
     async fn read(&mut self, r: usize, mut resp: Resp, record: bool) -> Flow {
         let cut = self.plan_cut();
         let opened = Instant::now();
+        // The run's producer serves its own stream whatever Redis does.
+        let producer = self
+            .run
+            .as_ref()
+            .and_then(|run| self.w().producers.lock().get(run).copied());
+        let scope = match record || producer == Some(r) {
+            true => Scope::Local,
+            false => Scope::Any,
+        };
         let mut since = opened;
         let mut frames = 0u32;
         loop {
@@ -580,7 +602,7 @@ impl Observer {
                     }
                 }
                 Ok(None) => {
-                    if self.w().fault_since(opened) {
+                    if self.w().fault_since(opened, scope) {
                         self.w().count("streams_broken_in_a_fault");
                     } else {
                         self.violation(r, "the stream ended without a STREAM_END");
@@ -589,13 +611,18 @@ impl Observer {
                 }
                 Err(_) => {
                     let quiet = resp.last_read();
-                    if quiet.elapsed() >= SILENCE && self.w().fault_since(quiet) {
+                    if quiet.elapsed() >= SILENCE && self.w().fault_since(quiet, scope) {
                         self.w().count("cuts.watchdog");
                         resp.kill();
                         return Flow::Again;
                     }
-                    if self.w().overdue(since) {
-                        self.violation(r, format!("hang: no frame for {:?}", since.elapsed()));
+                    if self.w().overdue(since, scope) {
+                        let whose = match scope {
+                            Scope::Local => "its producer's own stream",
+                            Scope::Any => "a stream",
+                        };
+                        let what = format!("hang: no frame for {:?} on {whose}", since.elapsed());
+                        self.violation(r, what);
                         resp.kill();
                         return Flow::Again;
                     }

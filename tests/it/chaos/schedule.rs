@@ -1,5 +1,5 @@
 //! The fault schedule: one fault at a time, each healed before a quiet gap and the next. The
-//! short profile injects every kind once, in a seeded order; the long one draws kinds until its
+//! short profile injects every kind twice, in seeded orders; the long one draws kinds until its
 //! time is up.
 
 use std::sync::atomic::Ordering;
@@ -50,6 +50,11 @@ impl Kind {
         Kind::BackendReset,
     ];
 
+    /// Whether it can stall a producer's own stream.
+    fn local(self) -> bool {
+        matches!(self, Kind::ReplicaStopped | Kind::BackendReset)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Kind::RedisPaused => "redis_paused",
@@ -79,10 +84,15 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 impl Schedule {
-    /// Runs the schedule: every kind once (`until` = None), or random kinds until `until`.
-    pub async fn run(&mut self, until: Option<Instant>) {
-        let mut kinds = Kind::ALL.to_vec();
-        kinds.shuffle(&mut self.rng);
+    /// Runs the schedule: every kind `rounds` times, each round in its own order (`until` =
+    /// None), or random kinds until `until`.
+    pub async fn run(&mut self, rounds: usize, until: Option<Instant>) {
+        let mut kinds = Vec::new();
+        for _ in 0..rounds {
+            let mut round = Kind::ALL.to_vec();
+            round.shuffle(&mut self.rng);
+            kinds.extend(round);
+        }
         let mut i = 0;
         loop {
             let kind = match until {
@@ -109,7 +119,7 @@ impl Schedule {
         match kind {
             Kind::RedisPaused => {
                 let pid = self.redis.lock().pid().expect("redis runs");
-                w.fault_begins(kind.name());
+                w.fault_begins(kind.name(), kind.local());
                 signal(pid, libc::SIGSTOP);
                 tokio::time::sleep(2 * LEASE).await;
                 signal(pid, libc::SIGCONT);
@@ -119,7 +129,7 @@ impl Schedule {
             Kind::Partitioned => {
                 let r = self.rng.gen_range(0..self.links.len());
                 let reset = self.rng.gen_bool(0.5);
-                w.fault_begins(kind.name());
+                w.fault_begins(kind.name(), kind.local());
                 self.links[r].redis.set(Fault::Stall);
                 tokio::time::sleep(LEASE * 5 / 2).await;
                 if reset {
@@ -131,7 +141,7 @@ impl Schedule {
             }
             Kind::RedisRestarted => {
                 let redis = self.redis.clone();
-                w.fault_begins(kind.name());
+                w.fault_begins(kind.name(), kind.local());
                 tokio::task::spawn_blocking(move || {
                     let mut r = redis.lock();
                     r.kill();
@@ -150,7 +160,7 @@ impl Schedule {
                 which.shuffle(&mut self.rng);
                 which.truncate(n);
                 let d = Duration::from_millis(self.rng.gen_range(50..=200));
-                w.fault_begins(kind.name());
+                w.fault_begins(kind.name(), kind.local());
                 for r in &which {
                     self.links[*r].redis.set(Fault::Latency(d));
                 }
@@ -164,7 +174,7 @@ impl Schedule {
             }
             Kind::BackendReset => {
                 let r = self.busy_replica(None).await;
-                w.fault_begins(kind.name());
+                w.fault_begins(kind.name(), kind.local());
                 self.links[r].backend.reset();
                 w.fault_heals();
                 format!("replica {}", NAMES[r])
@@ -198,7 +208,7 @@ impl Schedule {
     async fn stop_binary(&mut self) -> String {
         let c = NAMES.len() - 1;
         let w = self.w.clone();
-        w.fault_begins(Kind::ReplicaStopped.name());
+        w.fault_begins(Kind::ReplicaStopped.name(), true);
         let mut live = Vec::new();
         for _ in 0..20 {
             self.busy_replica(Some(c)).await;

@@ -169,6 +169,42 @@ pub fn diagnose(turn: &Turn, state: &Reduced, want: &Reduced) -> String {
     )
 }
 
+/// Which faults excuse a wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Any fault: a replica reading Redis, or reached through it.
+    Any = 0,
+    /// Only a stopped replica or a reset backend link: a wait on a run's producer for its own
+    /// stream (or its record request), which never waits for Redis.
+    Local = 1,
+}
+
+/// Faults in progress and when the last one healed (the start, before any).
+struct Faults {
+    active: AtomicUsize,
+    last_heal: Mutex<Instant>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            active: AtomicUsize::new(0),
+            last_heal: Mutex::new(Instant::now()),
+        }
+    }
+}
+
+impl Faults {
+    fn begin(&self) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        *self.last_heal.lock() = Instant::now();
+        self.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The run of each turn (and when an observer learned it), and the turn of each run.
 type Runs = (HashMap<Turn, (String, Instant)>, HashMap<String, Turn>);
 
@@ -179,10 +215,8 @@ pub struct World {
     /// lease + poll + heartbeat + margin: how long a healthy system may leave an observer
     /// without its next frame.
     pub bound: Duration,
-    /// Faults in progress.
-    active: AtomicUsize,
-    /// When the last fault healed (the start, before any).
-    last_heal: Mutex<Instant>,
+    /// Every fault, and the faults that can stall a producer's own stream.
+    faults: [Faults; 2],
     /// When Redis was restarted empty.
     restarts: Mutex<Vec<Instant>>,
     /// Turns whose record request is live on each replica (the schedule aims faults at them).
@@ -205,8 +239,7 @@ impl World {
             seed,
             started: Instant::now(),
             bound: LEASE + POLL + HEARTBEAT + MARGIN,
-            active: AtomicUsize::new(0),
-            last_heal: Mutex::new(Instant::now()),
+            faults: [Faults::default(), Faults::default()],
             restarts: Mutex::new(Vec::new()),
             live: Default::default(),
             runs: Mutex::new(Default::default()),
@@ -223,16 +256,23 @@ impl World {
         self.started.elapsed()
     }
 
-    /// A fault of `kind` begins (counted); every wait is excused until it heals.
-    pub fn fault_begins(&self, kind: &str) {
+    /// A fault of `kind` begins (counted); every wait is excused until it heals, and a wait
+    /// on a producer's own stream too when the fault is `local` (it stops the replica or cuts
+    /// its backend: Redis faults never stall a producer's stream, docs/protocol.md 2.1).
+    pub fn fault_begins(&self, kind: &str, local: bool) {
         self.count(&format!("fault.{kind}"));
-        self.active.fetch_add(1, Ordering::SeqCst);
+        self.faults[0].begin();
+        if local {
+            self.faults[1].begin();
+        }
     }
 
     /// The fault healed: the hang bound runs again from now.
     pub fn fault_heals(&self) {
-        *self.last_heal.lock() = Instant::now();
-        self.active.fetch_sub(1, Ordering::SeqCst);
+        self.faults[0].heal();
+        if self.faults[1].active.load(Ordering::SeqCst) > 0 {
+            self.faults[1].heal();
+        }
     }
 
     /// Redis was restarted empty (runs it held may be gone).
@@ -245,29 +285,32 @@ impl World {
         self.restarts.lock().iter().any(|r| *r >= t)
     }
 
-    /// Whether a fault is active now or healed after `t`.
-    pub fn fault_since(&self, t: Instant) -> bool {
-        self.active.load(Ordering::SeqCst) > 0 || *self.last_heal.lock() >= t
+    /// Whether a fault (of `scope`) is active now or healed after `t`.
+    pub fn fault_since(&self, t: Instant, scope: Scope) -> bool {
+        let f = &self.faults[scope as usize];
+        f.active.load(Ordering::SeqCst) > 0 || *f.last_heal.lock() >= t
     }
 
     /// Time since the last fault healed.
     pub fn since_heal(&self) -> Duration {
-        self.last_heal.lock().elapsed()
+        self.faults[0].last_heal.lock().elapsed()
     }
 
     /// Whether the system may still be settling at `t`: a fault is active, or one healed less
     /// than the hang bound before `t` (replicas reconnect, re-base and re-seed meanwhile).
     pub fn settling(&self, t: Instant) -> bool {
-        self.active.load(Ordering::SeqCst) > 0 || *self.last_heal.lock() + self.bound >= t
+        let f = &self.faults[0];
+        f.active.load(Ordering::SeqCst) > 0 || *f.last_heal.lock() + self.bound >= t
     }
 
-    /// Whether a wait for progress since `since` is a hang: no fault active, and the bound
-    /// passed both since `since` and since the last fault healed.
-    pub fn overdue(&self, since: Instant) -> bool {
-        if self.active.load(Ordering::SeqCst) > 0 {
+    /// Whether a wait for progress since `since` is a hang: no fault (of `scope`) active, and
+    /// the bound passed both since `since` and since the last such fault healed.
+    pub fn overdue(&self, since: Instant, scope: Scope) -> bool {
+        let f = &self.faults[scope as usize];
+        if f.active.load(Ordering::SeqCst) > 0 {
             return false;
         }
-        let from = since.max(*self.last_heal.lock());
+        let from = since.max(*f.last_heal.lock());
         from.elapsed() >= self.bound
     }
 
