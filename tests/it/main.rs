@@ -7,6 +7,7 @@
 mod support;
 
 mod attach;
+mod chaos;
 mod control;
 mod deploy;
 mod dialects;

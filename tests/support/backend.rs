@@ -46,6 +46,8 @@ pub enum Step {
     Raw(Bytes),
     /// Wait until the gate opens.
     Wait(Gate),
+    /// Wait this long (a backend's pace between events).
+    Sleep(std::time::Duration),
     /// The terminating chunk.
     End,
     /// Reset the connection (RST).
@@ -142,6 +144,10 @@ pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static)
                             Step::Raw(b) => b,
                             Step::Wait(g) => {
                                 g.wait().await;
+                                continue;
+                            }
+                            Step::Sleep(d) => {
+                                tokio::time::sleep(d).await;
                                 continue;
                             }
                             Step::End => Bytes::from_static(b"0\r\n\r\n"),

@@ -77,6 +77,7 @@ pub struct Resp {
     chunked: bool,
     remaining: Option<usize>,
     pub ended: bool,
+    last_read: tokio::time::Instant,
 }
 
 /// Sends one request on a fresh connection and reads the response head.
@@ -105,17 +106,20 @@ pub async fn request_on(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> Resp {
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {}\r\n",
-        body.len()
-    );
+    let req = request_head(method, path, headers, body.len());
+    sock.write_all(req.as_bytes()).await.unwrap();
+    sock.write_all(body).await.unwrap();
+    read_head(sock).await
+}
+
+/// The head of a request with a `content-length` body.
+fn request_head(method: &str, path: &str, headers: &[(&str, &str)], len: usize) -> String {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: test\r\ncontent-length: {len}\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    sock.write_all(req.as_bytes()).await.unwrap();
-    sock.write_all(body).await.unwrap();
-    read_head(sock).await
+    req
 }
 
 /// POSTs JSON.
@@ -128,6 +132,32 @@ pub async fn post(addr: SocketAddr, path: &str, body: &Value) -> Resp {
         body.to_string().as_bytes(),
     )
     .await
+}
+
+/// [`request`] for a test that expects failures (a stopped or cut-off server): connect, write
+/// or read errors, and a close before the head, are returned instead of panicking, and nothing
+/// here has a time limit (the caller bounds the wait).
+pub async fn try_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Resp> {
+    let mut sock = TcpStream::connect(addr).await?;
+    let req = request_head(method, path, headers, body.len());
+    sock.write_all(req.as_bytes()).await?;
+    sock.write_all(body).await?;
+    let mut raw = BytesMut::new();
+    let head = loop {
+        if let Some(head) = parse_head(&raw) {
+            break head;
+        }
+        if sock.read_buf(&mut raw).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    };
+    Ok(Resp::with_head(sock, raw, head))
 }
 
 async fn read_head(mut sock: TcpStream) -> Resp {
@@ -144,25 +174,31 @@ async fn read_head(mut sock: TcpStream) -> Resp {
         }
     })
     .await;
-    raw.advance(head.len);
-    let chunked = head
-        .header("transfer-encoding")
-        .is_some_and(|v| v.contains("chunked"));
-    let remaining = head.header("content-length").map(|v| v.parse().unwrap());
-    let ended = !chunked && remaining == Some(0) || head.status == 204;
-    Resp {
-        status: head.status,
-        headers: head.headers,
-        sock,
-        raw,
-        body: BytesMut::new(),
-        chunked,
-        remaining,
-        ended,
-    }
+    Resp::with_head(sock, raw, head)
 }
 
 impl Resp {
+    /// A response whose head (at the start of `raw`) has been read from `sock`.
+    fn with_head(sock: TcpStream, mut raw: BytesMut, head: Head) -> Resp {
+        raw.advance(head.len);
+        let chunked = head
+            .header("transfer-encoding")
+            .is_some_and(|v| v.contains("chunked"));
+        let remaining = head.header("content-length").map(|v| v.parse().unwrap());
+        let ended = !chunked && remaining == Some(0) || head.status == 204;
+        Resp {
+            status: head.status,
+            headers: head.headers,
+            sock,
+            raw,
+            body: BytesMut::new(),
+            chunked,
+            remaining,
+            ended,
+            last_read: tokio::time::Instant::now(),
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -227,7 +263,7 @@ impl Resp {
                     }
                     return false;
                 }
-                Ok(_) => {}
+                Ok(_) => self.last_read = tokio::time::Instant::now(),
             }
         }
     }
@@ -293,6 +329,29 @@ impl Resp {
             }
         })
         .await
+    }
+
+    /// The next SSE frame's JSON (comments skipped), `None` when the body ends (cleanly or
+    /// not: see `ended`). No time limit: the caller bounds the wait, and may drop the future
+    /// and call again (nothing read is lost), watching [`Resp::last_read`] meanwhile.
+    pub async fn next_frame(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(i) = self.body.windows(2).position(|w| w == b"\n\n") {
+                let text = self.body.split_to(i + 2);
+                match parse_frame(std::str::from_utf8(&text).unwrap()) {
+                    Some(frame) => return Some(frame),
+                    None => continue, // a comment
+                }
+            }
+            if !self.fill().await {
+                return None;
+            }
+        }
+    }
+
+    /// When the last bytes (a frame, a comment, framing) arrived on the connection.
+    pub fn last_read(&self) -> tokio::time::Instant {
+        self.last_read
     }
 
     /// Every frame up to the end of the body.

@@ -25,7 +25,7 @@ pub use backend::{
     backend, fixed_answer, scripted_turn, sse, sse_head, turn, turn_backend, Backend, Gate, Req,
     Served, Step,
 };
-pub use client::{close_with_rst, parse_head, post, request, request_on, Head, Resp};
+pub use client::{close_with_rst, parse_head, post, request, request_on, try_request, Head, Resp};
 pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};

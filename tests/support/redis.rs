@@ -86,6 +86,11 @@ impl RedisServer {
         cmd.query(&mut conn).unwrap()
     }
 
+    /// The server's PID while it runs (to pause it with SIGSTOP).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the server (SIGKILL, by its PID) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -3,6 +3,7 @@
 //! own, ready once it prints its address, killed (SIGKILL, by its PID) when dropped, as a crashed
 //! replica is. Shared by every test crate that runs replicas on the journal.
 
+use super::sidecar::split_server;
 use super::{sidecar, JournalRedis, Sidecar};
 
 /// The `[journal]` table of replica `id` on `redis`: a one-second lease, 100 ms polls.
@@ -35,14 +36,26 @@ impl Binary {
     /// Starts `target/debug/tether` in front of `upstream` as replica `id`, journaling to `redis`
     /// with a one-second lease; ready once it prints its address.
     pub fn start(upstream: std::net::SocketAddr, redis: &impl JournalRedis, id: &str) -> Binary {
+        Binary::start_with(upstream, redis, id, "")
+    }
+
+    /// [`Binary::start`] with extra TOML after the journal table (`[auth]` etc.; lines of a
+    /// leading `[server]` table join the harness's own, as for [`sidecar`]).
+    pub fn start_with(
+        upstream: std::net::SocketAddr,
+        redis: &impl JournalRedis,
+        id: &str,
+        extra: &str,
+    ) -> Binary {
         use std::io::BufRead;
         let conf = std::env::temp_dir().join(format!(
             "tether-journal-{}-{}-{id}.toml",
             std::process::id(),
             redis.first_port()
         ));
+        let (server, rest) = split_server(extra);
         let toml = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{server}\n{}{rest}",
             journal_table(redis, id)
         );
         std::fs::write(&conf, toml).unwrap();
@@ -50,7 +63,16 @@ impl Binary {
             .arg("--config")
             .arg(&conf)
             .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
+            .stderr(match std::env::var_os("TETHER_TEST_BINARY_LOG") {
+                // A debugging aid: the replica's log (RUST_LOG applies) appended to that file.
+                Some(path) => std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap()
+                    .into(),
+                None => std::process::Stdio::null(),
+            })
             .spawn()
             .unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -63,6 +85,11 @@ impl Binary {
             .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no address in {line:?}"));
         Binary { child, addr, conf }
+    }
+
+    /// The process's PID (to pause it with SIGSTOP and resume it with SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGKILL by PID, and reaps the process.

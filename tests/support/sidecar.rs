@@ -81,10 +81,7 @@ async fn start(toml: &str, demo: DemoOptions) -> Sidecar {
 /// Starts tether in front of `upstream` with extra TOML (`[recorder]` etc.; lines of a leading
 /// `[server]` table join the harness's own).
 pub async fn sidecar(upstream: SocketAddr, extra_toml: &str) -> Sidecar {
-    let (server, rest) = match extra_toml.strip_prefix("[server]\n") {
-        Some(r) => r.split_at(r.find("\n[").map_or(r.len(), |i| i + 1)),
-        None => ("", extra_toml),
-    };
+    let (server, rest) = split_server(extra_toml);
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n{server}\n{rest}"
     );
@@ -103,4 +100,13 @@ pub async fn demo_sidecar(demo: DemoOptions) -> Sidecar {
         demo,
     )
     .await
+}
+
+/// Splits extra TOML into the lines of a leading `[server]` table (which join the harness's
+/// own) and the rest.
+pub(super) fn split_server(extra_toml: &str) -> (&str, &str) {
+    match extra_toml.strip_prefix("[server]\n") {
+        Some(r) => r.split_at(r.find("\n[").map_or(r.len(), |i| i + 1)),
+        None => ("", extra_toml),
+    }
 }
