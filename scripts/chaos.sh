@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the exactly-once checker across replicas (tests/it/chaos.rs): three replicas on one
 # redis-server, N chats of two owners cut and reconnected at random, under a fault schedule.
-# The short profile (every fault kind twice, under a minute) runs in CI with the other
+# The short profile (every fault kind once, about a minute) runs in CI with the other
 # integration tests; --long runs the schedule for 20 minutes (CHAOS_DURATION=5m for another
 # length). SEED reruns a seed's answers, fault order and cut points (the timing still varies).
 # The last lines are the counts: turns, observers, cuts, faults by kind, outcomes, violations.

@@ -57,9 +57,16 @@ pub(super) async fn sync_chat(
             Some(l) if *l.id() == cur => false,
             Some(l) => l.is_mirror() || (l.end().is_some() && l.is_journaled()),
         };
-        if replace && reg.find(scope, &owner, &cur).is_none() {
-            if let Some(run) = mirror(c, scope, owner, &cur).await {
-                reg.adopt(scope, owner, run, true);
+        if replace {
+            match reg.find(scope, &owner, &cur) {
+                // Mirrored by its cursor as an older run, before the chat's pointer named it.
+                Some(run) if run.is_mirror() => reg.adopt(scope, owner, run, true),
+                Some(_) => {}
+                None => {
+                    if let Some(run) = mirror(c, scope, owner, &cur).await {
+                        reg.adopt(scope, owner, run, true);
+                    }
+                }
             }
         }
     }

@@ -274,8 +274,9 @@ impl Registry {
 
     /// Adds `run`, a mirror of another replica's run of the chat at `scope`, as the chat's
     /// current run (a previous run produced here and still live is superseded, as by
-    /// [`Self::go_live`]) or as one of its older runs. A run recorded for another owner is
-    /// never adopted (it supersedes nothing and is found by no one here).
+    /// [`Self::go_live`]) or as one of its older runs; a mirror already held as an older run
+    /// is made current. A run recorded for another owner is never adopted (it supersedes
+    /// nothing and is found by no one here).
     pub fn adopt(&self, scope: &Scope, owner: Owner, run: Arc<Run>, current: bool) {
         if !run.bind_owner(owner) {
             return;
@@ -285,7 +286,22 @@ impl Registry {
                 .chats
                 .entry(scope.clone())
                 .or_insert_with(|| Chat::new(owner));
-            if !chat.owner.is(&owner) || chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
+            if !chat.owner.is(&owner) {
+                return;
+            }
+            if chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
+                // Held already: a mirror held as an older run becomes the current one.
+                if current && run.is_mirror() && chat.older.iter().any(|r| Arc::ptr_eq(r, &run)) {
+                    chat.older.retain(|r| !Arc::ptr_eq(r, &run));
+                    if let Some(prev) = chat.current.replace(run.clone()) {
+                        if !prev.is_mirror() {
+                            prev.supersede(run.id());
+                        }
+                        chat.older.push(prev);
+                    }
+                    drop(chat);
+                    self.notify();
+                }
                 return;
             }
             if current {

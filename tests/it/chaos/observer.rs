@@ -150,8 +150,9 @@ pub struct Observer {
     /// The replica producing the run (the chatter's record request's), counted in `live`.
     producer: Option<usize>,
     tabs: Vec<JoinHandle<()>>,
-    /// When the current connection attempt began.
+    /// When the current connection attempt began, and to which replica.
     attempt: Instant,
+    at: usize,
     /// A sweep's replica did not serve the run on a healthy system: when it was first asked,
     /// how long after the last heal, and what it answered.
     unserved: Option<(Instant, Duration, String)>,
@@ -178,6 +179,7 @@ impl Observer {
             producer: None,
             tabs: Vec::new(),
             attempt: Instant::now(),
+            at: 0,
             unserved: None,
         }
     }
@@ -285,7 +287,14 @@ impl Observer {
         let mut first = true;
         loop {
             if began.elapsed() > LIMIT {
-                self.violation(0, format!("no end after {LIMIT:?}"));
+                let journal = match &self.run {
+                    Some(run) => self.ctx.journal_of(run).await,
+                    None => "no run".into(),
+                };
+                self.violation(
+                    self.at,
+                    format!("no end after {LIMIT:?}; the journal: {journal}"),
+                );
                 return Outcome::Violated;
             }
             if !first {
@@ -307,6 +316,7 @@ impl Observer {
             first = false;
             self.attempt = Instant::now();
             let r = self.pick();
+            self.at = r;
             let flow = if record {
                 record = false;
                 self.record(r).await

@@ -1,6 +1,6 @@
-//! The fault schedule: one fault at a time, each healed before a quiet gap and the next. The
-//! short profile injects every kind twice, in seeded orders; the long one draws kinds until its
-//! time is up.
+//! The fault schedule: one fault at a time, each healed and followed by a quiet stretch longer
+//! than the hang bound before the next. The short profile injects every kind once, in a seeded
+//! order; the long one draws kinds until its time is up.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -85,7 +85,7 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 impl Schedule {
     /// Runs the schedule: every kind `rounds` times, each round in its own order (`until` =
-    /// None), or random kinds until `until`.
+    /// None), or random kinds until `until`. Each fault is logged as it heals.
     pub async fn run(&mut self, rounds: usize, until: Option<Instant>) {
         let mut kinds = Vec::new();
         for _ in 0..rounds {
@@ -102,7 +102,9 @@ impl Schedule {
                 Some(_) => *Kind::ALL.choose(&mut self.rng).unwrap(),
             };
             i += 1;
-            let gap = Duration::from_millis(self.rng.gen_range(1000..2500));
+            // A quiet stretch longer than the hang bound: every fault's aftermath is checked
+            // against the bound before the next fault begins.
+            let gap = self.w.bound + Duration::from_millis(self.rng.gen_range(500..2000));
             tokio::time::sleep(gap).await;
             let what = self.inject(kind).await;
             println!(
