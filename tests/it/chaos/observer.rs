@@ -1,6 +1,6 @@
 //! One observer of one turn, as a browser tab does it: the chat's own client (which records the
-//! turn), a second tab that joins it, or a look at one replica once the turn ended. It connects to a
-//! random replica, applies frames by the client rules (docs/protocol.md 3.3), may cut the
+//! turn), a second tab that joins it, or a look at one replica once the turn ended. It connects
+//! to a random replica, applies frames by the client rules (docs/protocol.md 3.3), may cut the
 //! connection at a random point (RST or FIN) and reconnects with its cursor to a random replica,
 //! until one `STREAM_END`. Every frame is checked: the state after seq `s` is exactly the
 //! backend's answer reduced up to its event `s`; an end is explicit; every wait is bounded.
@@ -219,7 +219,8 @@ impl Observer {
         }
         if let (Some((t, heal, why)), false) = (&self.unserved, outcome == Outcome::Violated) {
             let what = format!(
-                "the replica did not serve the run ({why}, {heal:.1?} after the last heal),                  and did {:.1?} later",
+                "the replica did not serve the run ({why}, {heal:.1?} after the last heal), \
+                 and did {:.1?} later",
                 t.elapsed()
             );
             let r = self.pick();
@@ -540,7 +541,8 @@ impl Observer {
                 Some((t, ..)) if t.elapsed() < UNSERVED => return Flow::Again,
                 Some((_, heal, first)) => {
                     let what = format!(
-                        "the replica does not serve the run ({first}, {heal:.1?} after the last                          heal), nor {UNSERVED:?} later ({why})"
+                        "the replica does not serve the run ({first}, {heal:.1?} after the last \
+                         heal), nor {UNSERVED:?} later ({why})"
                     );
                     self.violation(r, what);
                     return Flow::End(Outcome::Violated);
