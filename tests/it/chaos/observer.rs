@@ -787,6 +787,25 @@ impl Observer {
             self.violation(r, format!("an end that is not allowed: {j}"));
             return Flow::End(Outcome::Violated);
         }
+        if superseded {
+            // Only a later turn of the chat may supersede this one.
+            let next = j["next_run_id"].as_str().unwrap_or_default();
+            match self.w().turn_of(next) {
+                Some(t) if t.n <= self.turn.n => {
+                    self.violation(r, format!("superseded by the run of {}: {j}", t.mark()));
+                    return Flow::End(Outcome::Violated);
+                }
+                Some(_) => self.w().count("superseded_by.a_later_turn"),
+                None => {
+                    self.w().count("superseded_by.an_unknown_run");
+                    println!(
+                        "chaos: note: {} on {} superseded by a run no turn knows: {j}",
+                        self.turn.mark(),
+                        NAMES[r]
+                    );
+                }
+            }
+        }
         Flow::End(Outcome::NotPersisted(reason.to_string()))
     }
 }
