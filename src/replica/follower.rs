@@ -11,7 +11,9 @@
 //! ([`super::bell`]) without waking this task or reading the stream; anything else (an end, a
 //! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
-//! producer's lease lapsed is ended `owner_lost` by the first follower that notices.
+//! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a mirror
+//! whose run the journal no longer has (Redis restarted empty, and no producer wrote it again)
+//! ends `owner_lost` here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -29,7 +31,7 @@ use crate::journal::Journal;
 use crate::record::compact::Compactor;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
-use crate::vocab::end::End;
+use crate::vocab::end::{End, EndReason};
 use crate::vocab::{RunId, Scope};
 
 /// Stream entries read per call.
@@ -142,6 +144,7 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
         journal,
         keys,
         ckpt: seed.ckpt,
+        missing: 0,
     };
     c.jm.followers.inc();
     tokio::spawn(f.follow(bell, run.end().is_some()));
@@ -340,6 +343,8 @@ struct Follower {
     journal: Arc<MemoryJournal>,
     keys: RunKeys,
     ckpt: u64,
+    /// Lease checks in a row that found the run missing from the journal.
+    missing: u32,
 }
 
 impl Follower {
@@ -417,7 +422,16 @@ impl Follower {
             if self.journal.head() > head {
                 progress = Instant::now();
             } else if progress.elapsed() >= self.c.cfg.lease {
-                self.reap_if_lost(run.id()).await;
+                if self.reap_if_lost(run.id()).await {
+                    info!(
+                        "run {}: gone from the shared journal; ended as owner_lost",
+                        run.id()
+                    );
+                    self.journal
+                        .end(End::finished(false, Some(EndReason::OwnerLost)));
+                    run.done();
+                    done = true;
+                }
                 progress = Instant::now() - self.c.cfg.lease / 2;
             }
         }
@@ -425,8 +439,11 @@ impl Follower {
         self.c.jm.followers.dec();
     }
 
-    /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease).
-    async fn reap_if_lost(&self, run_id: &RunId) {
+    /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease). True
+    /// when the journal has not had the run on two checks in a row (half a lease apart): Redis
+    /// lost it (restarted empty) and no producer wrote it again, so nothing more will come (a
+    /// live run's producer re-writes it within a third of a lease of Redis answering).
+    async fn reap_if_lost(&mut self, run_id: &RunId) -> bool {
         let mut conn = self.c.conn();
         let r: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> = timed(
             redis::cmd("HMGET")
@@ -437,19 +454,26 @@ impl Follower {
                 .query_async(&mut conn),
         )
         .await;
-        let Ok((Some(state), Some(producer), Some(lease))) = r else {
-            return;
+        let (state, producer, lease) = match r {
+            Ok((Some(state), Some(producer), Some(lease))) => (state, producer, lease),
+            Ok((None, None, None)) => {
+                self.missing += 1;
+                return self.missing >= 2;
+            }
+            _ => return false,
         };
+        self.missing = 0;
         if state != "live"
             || owner_alive(&mut conn, &producer, &lease)
                 .await
                 .unwrap_or(true)
         {
-            return;
+            return false;
         }
         let _ = self
             .c
             .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
             .await;
+        false
     }
 }

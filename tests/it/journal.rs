@@ -7,6 +7,7 @@
 mod cluster;
 mod dialects;
 mod doorbells;
+mod lost;
 mod owners;
 mod rebase;
 mod supersede;

@@ -1,6 +1,6 @@
 //! One observer of one turn, as a browser tab does it: the chat's own client (which records the
-//! turn), a second tab that joins it, or a look at one replica once the turn ended. It connects to a
-//! random replica, applies frames by the client rules (docs/protocol.md 3.3), may cut the
+//! turn), a second tab that joins it, or a look at one replica once the turn ended. It connects
+//! to a random replica, applies frames by the client rules (docs/protocol.md 3.3), may cut the
 //! connection at a random point (RST or FIN) and reconnects with its cursor to a random replica,
 //! until one `STREAM_END`. Every frame is checked: the state after seq `s` is exactly the
 //! backend's answer reduced up to its event `s`; an end is explicit; every wait is bounded.
@@ -219,7 +219,8 @@ impl Observer {
         }
         if let (Some((t, heal, why)), false) = (&self.unserved, outcome == Outcome::Violated) {
             let what = format!(
-                "the replica did not serve the run ({why}, {heal:.1?} after the last heal),                  and did {:.1?} later",
+                "the replica did not serve the run ({why}, {heal:.1?} after the last heal), \
+                 and did {:.1?} later",
                 t.elapsed()
             );
             let r = self.pick();
@@ -540,7 +541,8 @@ impl Observer {
                 Some((t, ..)) if t.elapsed() < UNSERVED => return Flow::Again,
                 Some((_, heal, first)) => {
                     let what = format!(
-                        "the replica does not serve the run ({first}, {heal:.1?} after the last                          heal), nor {UNSERVED:?} later ({why})"
+                        "the replica does not serve the run ({first}, {heal:.1?} after the last \
+                         heal), nor {UNSERVED:?} later ({why})"
                     );
                     self.violation(r, what);
                     return Flow::End(Outcome::Violated);
@@ -784,6 +786,25 @@ impl Observer {
         if !ok {
             self.violation(r, format!("an end that is not allowed: {j}"));
             return Flow::End(Outcome::Violated);
+        }
+        if superseded {
+            // Only a later turn of the chat may supersede this one.
+            let next = j["next_run_id"].as_str().unwrap_or_default();
+            match self.w().turn_of(next) {
+                Some(t) if t.n <= self.turn.n => {
+                    self.violation(r, format!("superseded by the run of {}: {j}", t.mark()));
+                    return Flow::End(Outcome::Violated);
+                }
+                Some(_) => self.w().count("superseded_by.a_later_turn"),
+                None => {
+                    self.w().count("superseded_by.an_unknown_run");
+                    println!(
+                        "chaos: note: {} on {} superseded by a run no turn knows: {j}",
+                        self.turn.mark(),
+                        NAMES[r]
+                    );
+                }
+            }
         }
         Flow::End(Outcome::NotPersisted(reason.to_string()))
     }

@@ -76,8 +76,9 @@ pub fn answer(seed: u64, turn: &Turn, gen: u32) -> (Vec<Value>, Vec<Duration>) {
     let tag = |i: usize| format!("{mark}/g{gen}/{i}");
     let deltas = r.gen_range(6..30);
     let tool = r.gen_bool(0.3).then(|| r.gen_range(0..deltas));
+    let thread = format!("{}/{}", turn.owner, turn.chat);
     let mut events = vec![
-        json!({"type":"RUN_STARTED","threadId":format!("{}/{}", turn.owner, turn.chat),"runId":mark,"m":tag(0)}),
+        json!({"type":"RUN_STARTED","threadId":thread,"runId":mark,"m":tag(0)}),
         json!({"type":"TEXT_MESSAGE_START","messageId":mark,"role":"assistant","m":tag(1)}),
     ];
     for i in 0..deltas {
@@ -102,7 +103,7 @@ pub fn answer(seed: u64, turn: &Turn, gen: u32) -> (Vec<Value>, Vec<Duration>) {
     }
     let k = events.len();
     events.push(json!({"type":"TEXT_MESSAGE_END","messageId":mark,"m":tag(k)}));
-    events.push(json!({"type":"RUN_FINISHED","threadId":format!("{}/{}", turn.owner, turn.chat),"runId":mark,"m":tag(k + 1)}));
+    events.push(json!({"type":"RUN_FINISHED","threadId":thread,"runId":mark,"m":tag(k + 1)}));
     // Mostly quick tokens, now and then a longer think; well under the hang bound.
     let pauses = events
         .iter()
