@@ -276,21 +276,7 @@ impl Resp {
 
     /// The next SSE frame's JSON (comments skipped); `None` when the body ends.
     pub async fn frame(&mut self) -> Option<Frame> {
-        within("frame", async {
-            loop {
-                if let Some(i) = self.body.windows(2).position(|w| w == b"\n\n") {
-                    let text = self.body.split_to(i + 2);
-                    match parse_frame(std::str::from_utf8(&text).unwrap()) {
-                        Some(frame) => return Some(frame),
-                        None => continue, // a comment
-                    }
-                }
-                if !self.fill().await {
-                    return None;
-                }
-            }
-        })
-        .await
+        within("frame", self.next_frame()).await
     }
 
     /// The next SSE block as sent (its lines and the blank line), comment-only blocks skipped;
