@@ -6,50 +6,63 @@
 //! stays on one slot).
 //!
 //! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
-//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`, and
-//! `watch`: until when (Redis server time, ms) some replica follows the run. Doorbells are
-//! published only while `watch` is set, so a run nobody follows costs no `PUBLISH`; the
-//! producer's lease tick clears a lapsed one.
+//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`, `t`
+//! (the run's start, ms since the Unix epoch on its producer's clock), and `watch`: until when
+//! (Redis server time, ms) some replica follows the run. Doorbells are published only while
+//! `watch` is set, so a run nobody follows costs no `PUBLISH`; the producer's lease tick clears
+//! a lapsed one. Chat hash fields: `run` (the chat's current run) and its `t`.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 /// Makes a run live at head `seq` (0 at go-live; the local head at a re-base), writing the
-/// checkpoint when given, and points the chat at it. At go-live the chat's pointer must still
-/// name the expected previous run (else `retry`), which is superseded when still live.
+/// checkpoint when given, and points the chat at it. A chat's runs are ordered by their start,
+/// as stamped by their producers' clocks (the chat hash's `t`): a run never supersedes one that
+/// started after it. Such an older run (its go-live reached Redis late) is written live but
+/// leaves the chat's pointer alone (`older`, with the chat's run). Otherwise, at go-live the
+/// chat's pointer must still name the expected previous run (else `retry`), which is
+/// superseded when still live; at a re-base, a chat taken by a run with no start stamp ends
+/// the run `superseded`.
 ///
 /// KEYS: chat, m, s, k, prev m, prev s. ARGV: mode (`live`|`rebase`), run, expected previous
 /// run (`""`: none), lease, producer, win, scope, ttl ms, seq, checkpoint (`""`: none),
-/// superseded end JSON for the previous run, previous run's doorbell, header, extra, publish
-/// command.
+/// superseded end JSON for the previous run, previous run's doorbell, header, extra, the run's
+/// start (ms since the Unix epoch), publish command.
 pub static UPSERT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local chat, m, s, k, pm, ps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode, run, expect, lease = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local ttl, seq, ckpt = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local ttl, seq, ckpt, born = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10], tonumber(ARGV[15])
 local st = redis.call('HMGET', m, 'state', 'lease', 'end', 'end_seq')
 if st[1] == 'ended' then return {'ended', st[3], st[4]} end
 if st[1] and st[2] ~= lease then return {'fenced'} end
 local cur = redis.call('HGET', chat, 'run')
+local older = false
 if cur and cur ~= run then
-  if mode == 'rebase' then return {'superseded', cur} end
-  if cur ~= expect then return {'retry', cur} end
+  local t = tonumber(redis.call('HGET', chat, 't') or '')
+  if t and t > born then
+    older = true
+  elseif mode == 'rebase' and not t then
+    return {'superseded', cur}
+  elseif cur ~= expect then
+    return {'retry', cur}
+  end
 end
 if mode == 'live' and not cur and expect ~= '' then return {'retry', ''} end
-if cur and cur ~= run then
+if cur and cur ~= run and not older then
   local p = redis.call('HMGET', pm, 'state', 'head', 'watch')
   if p[1] == 'live' then
     local ph = p[2] or '0'
     redis.call('XADD', ps, ph .. '-1', 'end', ARGV[11])
     redis.call('HSET', pm, 'state', 'ended', 'end', ARGV[11], 'end_seq', ph)
-    if p[3] then redis.call(ARGV[15], ARGV[12], 'end') end
+    if p[3] then redis.call(ARGV[16], ARGV[12], 'end') end
   end
 end
 redis.call('HSET', m, 'state', 'live', 'run', run, 'lease', lease, 'producer', ARGV[5],
   'win', ARGV[6], 'scope', ARGV[7], 'head', seq, 'producing', '1', 'header', ARGV[13],
-  'extra', ARGV[14])
+  'extra', ARGV[14], 't', born)
 redis.call('HINCRBY', m, 'gen', 1)
 if ckpt ~= '' then
   redis.call('SET', k, ckpt, 'PX', ttl)
@@ -57,7 +70,11 @@ if ckpt ~= '' then
 elseif not redis.call('HGET', m, 'ckpt') then
   redis.call('HSET', m, 'ckpt', 0)
 end
-redis.call('HSET', chat, 'run', run)
+if older then
+  for _, key in ipairs({m, s}) do redis.call('PEXPIRE', key, ttl) end
+  return {'older', cur}
+end
+redis.call('HSET', chat, 'run', run, 't', born)
 for _, key in ipairs({chat, m, s}) do redis.call('PEXPIRE', key, ttl) end
 return {'ok'}
 "#,

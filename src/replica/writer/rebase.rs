@@ -104,6 +104,7 @@ impl Writer {
                         .arg(&pk.bell)
                         .arg(&self.meta.header)
                         .arg("")
+                        .arg(self.born_ms)
                         .arg(c.publish_command()),
                 )
                 .await;
@@ -112,7 +113,22 @@ impl Writer {
                 return;
             };
             match v.first().map(|b| &b[..]) {
-                Some(b"ok") => {
+                Some(answer @ (b"ok" | b"older")) => {
+                    if answer == b"older" {
+                        // This run started before the chat's current one (its go-live reached
+                        // Redis late): it stays readable by its id but does not take the chat,
+                        // and, still producing, it ends superseded as it would have there.
+                        let next = RunId::from(
+                            v.get(1)
+                                .map(|b| String::from_utf8_lossy(b).into_owned())
+                                .unwrap_or_default(),
+                        );
+                        info!(
+                            "run {}: the chat went on to the later run {next} meanwhile",
+                            self.run.id()
+                        );
+                        self.run.supersede(&next);
+                    }
                     if self.live {
                         info!(
                             "run {}: re-based in the shared journal at {}",

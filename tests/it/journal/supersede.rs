@@ -43,7 +43,6 @@ async fn a_new_turn_on_the_other_replica_supersedes_the_run_for_every_observer()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a known bug, not fixed yet: a late go-live supersedes the chat's newer run"]
 async fn a_late_go_live_of_an_earlier_turn_does_not_supersede_the_chats_newer_run() {
     // Found by tests/it/chaos.rs (the long profile, SEED=20261, Redis latency on A). A's
     // go-live of turn 1 is held on its Redis link while the turn completes locally (its client
@@ -116,4 +115,81 @@ async fn a_late_go_live_of_an_earlier_turn_does_not_supersede_the_chats_newer_ru
             end.json
         );
     }
+    let rest = within("turn 2", second.frames_to_end()).await;
+    let end = rest.last().unwrap();
+    assert_eq!(
+        (
+            end.ty(),
+            end.json["persisted"].clone(),
+            end.json["superseded"].clone()
+        ),
+        ("STREAM_END", json!(true), json!(false))
+    );
+    // The chat stays on turn 2 for every replica: turn 1's late go-live did not take it.
+    let mut status = request(b.addr, "GET", "/chat/run?chat_id=c", &[], b"").await;
+    let v: serde_json::Value = serde_json::from_slice(&status.body_to_end().await).unwrap();
+    assert_eq!(
+        (v["run_id"].clone(), v["persisted"].clone()),
+        (run2, json!(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_still_producing_run_whose_go_live_lands_late_ends_superseded_by_the_chats_newer_run() {
+    // As above, but turn 1 is still producing (its upstream held at a gate) when its go-live
+    // reaches Redis: it ends superseded by turn 2, as it would had its go-live landed in time.
+    let redis = RedisServer::start();
+    let link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |r: &Req| {
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        match v["turn"].as_u64() {
+            Some(1) => scripted_turn(&turn(4), Some((2, &g))),
+            _ => scripted_turn(&turn(4), None),
+        }
+    })
+    .await;
+    let toml = |id: &str, url: String| {
+        format!(
+            "[journal]\nurl = \"{url}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n"
+        )
+    };
+    let a = sidecar(be.addr, &toml("a", format!("redis://{}", link.addr))).await;
+    let b = sidecar(be.addr, &toml("b", redis.url())).await;
+    link.set(Fault::Stall);
+    let mut first = post(
+        a.addr,
+        "/chat",
+        &json!({"chat_id": "c", "protocol": 1, "turn": 1}),
+    )
+    .await;
+    let run1 = first.frame().await.unwrap().json["run_id"].clone();
+    let second = post(
+        b.addr,
+        "/chat",
+        &json!({"chat_id": "c", "protocol": 1, "turn": 2}),
+    )
+    .await
+    .frames_to_end()
+    .await;
+    let run2 = second[0].json["run_id"].clone();
+    assert_ne!(run1, run2);
+    assert_eq!(second.last().unwrap().json["persisted"], json!(true));
+    link.heal();
+    let rest = within("turn 1", first.frames_to_end()).await;
+    gate.open();
+    let end = rest.last().unwrap();
+    assert_eq!(
+        (
+            end.ty(),
+            end.json["superseded"].clone(),
+            end.json["next_run_id"].clone()
+        ),
+        ("STREAM_END", json!(true), run2.clone())
+    );
+    assert_eq!(ends(&rest), 1);
+    let mut status = request(b.addr, "GET", "/chat/run?chat_id=c", &[], b"").await;
+    let v: serde_json::Value = serde_json::from_slice(&status.body_to_end().await).unwrap();
+    assert_eq!(v["run_id"], run2);
 }
