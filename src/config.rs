@@ -147,6 +147,12 @@ impl Config {
         if let Some(v) = &flags.admin {
             file.server.admin = v.clone();
         }
+        if let Some(v) = &flags.tls_cert {
+            file.server.tls_cert = Some(v.clone());
+        }
+        if let Some(v) = &flags.tls_key {
+            file.server.tls_key = Some(v.clone());
+        }
         if let Some(v) = flags.window {
             file.recorder.window = v;
         }
@@ -449,6 +455,17 @@ impl File {
                 "upstream.cert"
             };
             return Err(err(key, "is for an HTTPS backend (--upstream https://…)"));
+        }
+        if self.server.tls_cert.is_some() != self.server.tls_key.is_some() {
+            let key = if self.server.tls_cert.is_some() {
+                "server.tls_key"
+            } else {
+                "server.tls_cert"
+            };
+            return Err(err(
+                key,
+                "HTTPS on the listener needs both tls_cert and tls_key",
+            ));
         }
         let r = &self.recorder;
         if r.window == 0 {

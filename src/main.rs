@@ -107,8 +107,9 @@ mod heap {
 
 fn banner(h: &tether::server::Handle) {
     let p = h.proxy_addr;
+    let web = if h.tls().is_some() { "https" } else { "http" };
     println!(
-        "tether on http://{p}  (admin http://{}/metrics)",
+        "tether on {web}://{p}  (admin http://{}/metrics)",
         h.admin_addr
     );
     let serve_client = h.shared.cfg.serve_client;
@@ -116,21 +117,42 @@ fn banner(h: &tether::server::Handle) {
         println!("no --upstream given: serving the embedded demo backend on http://{demo}\n");
         if serve_client {
             println!("# the demo chat in a browser (reload it mid-turn, or open a second tab: the turn resumes):");
-            println!("http://{p}/\n");
+            println!("{web}://{p}/\n");
         }
         println!("# a turn, recorded as it streams (protocol 1):");
-        println!("curl -N http://{p}/chat -d '{{\"chat_id\":\"c1\",\"protocol\":1}}'\n");
+        println!("curl -N {web}://{p}/chat -d '{{\"chat_id\":\"c1\",\"protocol\":1}}'\n");
         println!("# kill the client mid-turn (the backend keeps going):");
-        println!("timeout 1 curl -N 'http://{p}/chat?pace_ms=200' -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
+        println!("timeout 1 curl -N '{web}://{p}/chat?pace_ms=200' -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
         println!("# recover: snapshot of what was missed, the live tail, then STREAM_END:");
-        println!("curl -N http://{p}/chat/live -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
+        println!("curl -N {web}://{p}/chat/live -d '{{\"chat_id\":\"c2\",\"protocol\":1}}'\n");
     }
     if serve_client {
         println!(
-            "browser client: import {{ TetherClient }} from \"http://{p}{}\"",
+            "browser client: import {{ TetherClient }} from \"{web}://{p}{}\"",
             tether::proxy::CLIENT_PATH
         );
     }
+}
+
+/// On each SIGHUP, reads the listener's certificate and key again (the reload logs how it went).
+async fn reload_on_hangup(tls: Option<std::sync::Arc<tether::server::tls::ListenerTls>>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match &tls {
+                Some(t) => {
+                    let _ = t.reload();
+                }
+                None => log::info!("SIGHUP: nothing to reload (the listener serves plain HTTP)"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tls;
 }
 
 async fn shutdown_signal() {
@@ -188,6 +210,13 @@ fn main() -> ExitCode {
         eprintln!("tether: [upstream]: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    // So are the listener's certificate and key.
+    if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key) {
+        if let Err(e) = tether::server::tls::ListenerTls::load(cert, key) {
+            eprintln!("tether: [server] tls_cert/tls_key: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
     init_logging(flags.log_format);
     raise_open_files_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -216,6 +245,7 @@ fn main() -> ExitCode {
         };
         banner(&handle);
         tokio::spawn(heap::trim_after_evictions(handle.shared.metrics.clone()));
+        tokio::spawn(reload_on_hangup(handle.tls()));
         shutdown_signal().await;
         log::info!("signal received: draining for up to {:?}", drain);
         handle.drain(drain).await;

@@ -12,6 +12,7 @@ pub mod admin;
 pub mod conn;
 pub mod demo;
 mod small_app;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -55,6 +56,8 @@ pub struct Handle {
     accept_stop: watch::Sender<bool>,
     /// Closes the proxy listener.
     proxy_stop: watch::Sender<bool>,
+    /// The proxy listener's TLS, when it serves HTTPS.
+    tls: Option<Arc<tls::ListenerTls>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -147,12 +150,21 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         cfg,
     });
 
+    let tls = match (&shared.cfg.server.tls_cert, &shared.cfg.server.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            tls::ListenerTls::load(cert, key).map_err(std::io::Error::other)?,
+        )),
+        _ => None,
+    };
     let listener = listen(shared.cfg.listen).await?;
     let proxy_addr = listener.local_addr()?;
-    let proxy = Arc::new(pingora_proxy::http_proxy(
-        &pingora_conf,
-        Sidecar::new(shared.clone()),
-    ));
+    let mut proxy = pingora_proxy::http_proxy(&pingora_conf, Sidecar::new(shared.clone()));
+    // An HTTP/2 connection with no stream open is closed after the keep-alive timeout, as an
+    // idle HTTP/1.1 one is.
+    let mut options = pingora_core::apps::HttpServerOptions::default();
+    options.h2_idle_timeout = Some(shared.cfg.server.keepalive_timeout.0);
+    proxy.server_options = Some(options);
+    let proxy = Arc::new(proxy);
     let max_connections = shared
         .cfg
         .server
@@ -162,6 +174,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let policy = Policy {
         max_connections,
         metrics: Some(downstream),
+        tls: tls.clone(),
         ..small.clone()
     };
     tasks.push(tokio::spawn(accept_loop(
@@ -195,7 +208,12 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         accept_rx.clone(),
     )));
 
-    info!("tether listening on {proxy_addr} (admin {admin_addr}) in front of {upstream_addr}");
+    let scheme = if tls.is_some() {
+        "https, h2 and http/1.1"
+    } else {
+        "http/1.1"
+    };
+    info!("tether listening on {proxy_addr} ({scheme}; admin {admin_addr}) in front of {upstream_addr}");
     Ok(Handle {
         proxy_addr,
         admin_addr,
@@ -203,6 +221,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         shared,
         accept_stop,
         proxy_stop,
+        tls,
         tasks,
     })
 }
@@ -262,6 +281,21 @@ async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 impl Handle {
+    /// Reads the listener's certificate and key again (main calls it on SIGHUP): new
+    /// handshakes get the new pair, open connections and their streams go on. Without HTTPS,
+    /// or when a file is bad (the pair in use is kept), says why.
+    pub fn reload_tls(&self) -> Result<(), String> {
+        match &self.tls {
+            Some(t) => t.reload(),
+            None => Err("the listener serves plain HTTP (no --tls-cert)".into()),
+        }
+    }
+
+    /// The listener's TLS, when it serves HTTPS (for a task that reloads it).
+    pub fn tls(&self) -> Option<Arc<tls::ListenerTls>> {
+        self.tls.clone()
+    }
+
     /// Drains: refuses new record requests, lets producers and observers run until every run
     /// has ended or `timeout` passes, then stops what is left and closes the listeners. Returns
     /// whether every run ended in time.

@@ -41,6 +41,11 @@ pub struct Server {
     /// Serve the browser client at `GET /_tether/client.js` (and, in demo mode, the demo page at
     /// `GET /`); unset: on in demo mode only.
     pub serve_client: Option<bool>,
+    /// PEM file of the certificate chain the proxy listener serves HTTPS with (ALPN `h2` and
+    /// `http/1.1`), with `tls_key` (`--tls-cert`); unset: plain HTTP/1.1. Read again on SIGHUP.
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM file of that certificate's private key (`--tls-key`).
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 impl Default for Server {
@@ -57,6 +62,8 @@ impl Default for Server {
             keepalive_timeout: Dur(Duration::from_secs(60)),
             max_connections: None,
             serve_client: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

@@ -54,6 +54,13 @@ pub struct Flags {
     /// PEM file of the client certificate's private key.
     #[arg(long, env = "TETHER_UPSTREAM_KEY")]
     pub upstream_key: Option<PathBuf>,
+    /// PEM file of the certificate chain to serve HTTPS (with HTTP/2) on --listen, with
+    /// --tls-key; read again on SIGHUP [default: plain HTTP/1.1].
+    #[arg(long, env = "TETHER_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM file of the --tls-cert certificate's private key.
+    #[arg(long, env = "TETHER_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
     /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
     #[arg(long, env = "TETHER_ADMIN")]
     pub admin: Option<String>,

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use log::{debug, warn};
-use pingora_core::apps::{HttpPersistentSettings, HttpServerApp};
+use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
 use pingora_core::protocols::Stream;
+use pingora_core::protocols::ALPN;
 use prometheus::{IntCounter, IntGauge};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,7 +49,8 @@ const PINGORA_KEEPALIVE_SECS: u64 = 60;
 label_enum! {
     /// `tether_downstream_timeouts_total{kind}`: which limit closed a client's connection.
     pub enum TimeoutKind {
-        /// The request head did not arrive whole within `[server] header_timeout`.
+        /// The request head (over TLS, the handshake too) did not arrive whole within
+        /// `[server] header_timeout`.
         Header => "header",
         /// The connection sat idle between requests for `[server] keepalive_timeout`.
         Keepalive => "keepalive",
@@ -66,6 +68,8 @@ pub struct DownstreamMetrics {
     pub timeouts: Counters<TimeoutKind>,
     /// `tether_accept_errors_total`: failed accepts on the proxy listener.
     pub accept_errors: IntCounter,
+    /// `tether_downstream_tls_errors_total`: TLS handshakes with clients that failed.
+    pub tls_errors: IntCounter,
 }
 
 impl DownstreamMetrics {
@@ -89,6 +93,11 @@ impl DownstreamMetrics {
                 "tether_accept_errors_total",
                 "Failed accepts on the proxy listener (out of file descriptors and the like)",
             ),
+            tls_errors: m.new_counter(
+                "tether_downstream_tls_errors_total",
+                "TLS handshakes with clients that failed (a client that does not trust the \
+                 certificate, speaks no TLS or offers nothing in common)",
+            ),
         }
     }
 }
@@ -107,6 +116,9 @@ pub struct Policy {
     pub max_connections: usize,
     /// The proxy listener's families (`None`: the admin and demo listeners, not counted).
     pub metrics: Option<DownstreamMetrics>,
+    /// HTTPS (`None`: plain HTTP/1.1). The handshake runs under the header deadline; a client
+    /// that picks `h2` is served by Pingora's HTTP/2 server, one task per stream.
+    pub tls: Option<Arc<super::tls::ListenerTls>>,
 }
 
 impl Policy {
@@ -118,6 +130,7 @@ impl Policy {
             max_head_bytes: cfg.limits.max_header_bytes.saturating_add(HEAD_SLACK),
             max_connections: usize::MAX,
             metrics: None,
+            tls: None,
         }
     }
 }
@@ -226,17 +239,55 @@ pub async fn accept_loop<A>(
         let (app, policy, shutdown) = (app.clone(), policy.clone(), shutdown.clone());
         tokio::spawn(async move {
             let _slot = slot;
-            serve(app, tcp, &policy, shutdown).await;
+            let Some(stream) = secure(tcp, &policy).await else {
+                return;
+            };
+            if stream.selected_alpn_proto() == Some(ALPN::H2) {
+                // Pingora's HTTP/2 server: the connection's streams, each a session of `app`,
+                // until the client leaves, or a drain (GOAWAY) once its streams have ended.
+                app.process_new(stream, &shutdown).await;
+                return;
+            }
+            serve(app, stream, &policy, shutdown).await;
         });
     }
 }
 
-/// Answers a connection over the cap with `503 too_many_connections` and closes it.
+/// The connection as Pingora's stream: plain, or after the TLS handshake (under the header
+/// deadline). `None`: the handshake failed or timed out (counted), the connection is closed.
+async fn secure(tcp: TcpStream, policy: &Policy) -> Option<Stream> {
+    let Some(tls) = &policy.tls else {
+        return Some(Box::new(L4Stream::from(tcp)));
+    };
+    match tokio::time::timeout(policy.header_timeout, tls.handshake(tcp)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            debug!("TLS handshake with a client failed: {e}");
+            if let Some(m) = &policy.metrics {
+                m.tls_errors.inc();
+            }
+            None
+        }
+        Err(_) => {
+            debug!("TLS handshake not done within {:?}", policy.header_timeout);
+            if let Some(m) = &policy.metrics {
+                m.timeouts.inc(TimeoutKind::Header);
+            }
+            None
+        }
+    }
+}
+
+/// Answers a connection over the cap with `503 too_many_connections` and closes it (over TLS,
+/// closes it: the answer would need a handshake first).
 fn refuse(tcp: TcpStream, policy: &Policy, refusing: &Arc<AtomicUsize>) {
     if let Some(m) = &policy.metrics {
         m.refused.inc();
     }
     debug!("connection refused: {} open", policy.max_connections);
+    if policy.tls.is_some() {
+        return;
+    }
     if refusing.fetch_add(1, Ordering::Relaxed) >= MAX_REFUSING {
         refusing.fetch_sub(1, Ordering::Relaxed);
         return;
@@ -351,7 +402,7 @@ async fn read_head(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant, m
 
 /// Serves one connection: each request head read under the header deadline and handed to
 /// `app`, the wait between requests bounded by the keep-alive timeout.
-async fn serve<A>(app: Arc<A>, tcp: TcpStream, policy: &Policy, shutdown: watch::Receiver<bool>)
+async fn serve<A>(app: Arc<A>, mut stream: Stream, policy: &Policy, shutdown: watch::Receiver<bool>)
 where
     A: HttpServerApp + Send + Sync + 'static,
 {
@@ -361,7 +412,6 @@ where
         }
     };
     let mut drain = shutdown.clone();
-    let mut stream: Stream = Box::new(L4Stream::from(tcp));
     let mut settings: Option<HttpPersistentSettings> = None;
     let mut buf = BytesMut::with_capacity(4096);
     let mut deadline = Instant::now() + policy.header_timeout;

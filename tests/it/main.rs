@@ -14,6 +14,7 @@ mod dialects;
 mod faults;
 mod formats;
 mod hostile;
+mod https;
 mod journal;
 mod keepalive;
 mod layers;

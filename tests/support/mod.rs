@@ -11,6 +11,7 @@ mod backend;
 mod client;
 mod faults;
 mod frames;
+mod https;
 mod redis;
 mod replicas;
 mod sidecar;
@@ -28,6 +29,7 @@ pub use backend::{
 pub use client::{close_with_rst, parse_head, post, request, request_on, try_request, Head, Resp};
 pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
+pub use https::{https1, tls_connect, H2Resp, H2};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};
