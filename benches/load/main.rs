@@ -2,9 +2,10 @@
 //! straight against the producer and through nginx, in one invocation.
 //!
 //! `cargo bench --bench load` runs every scenario; `cargo bench --bench load -- --quick` runs
-//! shorter ones; `-- --only 1,4` picks scenarios, and `-- --only soak` (or 9) the soak, sized by
-//! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`); `--s3-big N` sets
-//! the stream count of scenario 3's second phase (10,000, or 2,000 with `--quick`; 0 skips it).
+//! shorter ones; `-- --only 1,4` picks scenarios, `-- --only soak` (or 9) the soak, sized by
+//! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`), and `-- --only tls`
+//! (or 10) TLS against plain (see `tls.rs`); `--s3-big N` sets the stream count of scenario 3's
+//! second phase (10,000, or 2,000 with `--quick`; 0 skips it).
 //! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a
 //! table and writes `target/load-report.json`.
 
@@ -22,6 +23,7 @@ mod scenarios;
 mod sched;
 mod soak;
 mod targets;
+mod tls;
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -139,6 +141,7 @@ fn main() {
             s.split(',')
                 .filter_map(|n| match n.trim() {
                     "soak" => Some(soak::SCENARIO),
+                    "tls" => Some(tls::SCENARIO),
                     n => n.parse().ok(),
                 })
                 .collect()

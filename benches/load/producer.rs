@@ -107,9 +107,16 @@ async fn serve(
         let size = param(query, "size").unwrap_or(8) as usize;
         let rate = param(query, "rate").unwrap_or(0);
         let hold = param(query, "hold").unwrap_or(0) == 1;
+        // `close=1`: the answer says `connection: close` and the connection ends with it, so
+        // the hop opens a new backend connection for its next request.
+        let close = param(query, "close").unwrap_or(0) == 1;
         let held_at = *release.borrow_and_update();
-        sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            .await?;
+        let head: &[u8] = if close {
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+        } else {
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        };
+        sock.write_all(head).await?;
         if rate == 0 && !hold {
             // Full speed: a blocking thread writes one event per write(2), with no runtime in
             // between, so the producer is not what limits a hop.
@@ -149,6 +156,9 @@ async fn serve(
         let fin = "data: {\"type\":\"RUN_FINISHED\"}\n\n";
         let tail = format!("{:x}\r\n{fin}\r\n0\r\n\r\n", fin.len());
         sock.write_all(tail.as_bytes()).await?;
+        if close {
+            return sock.shutdown().await;
+        }
     }
 }
 

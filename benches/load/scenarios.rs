@@ -439,6 +439,9 @@ pub async fn all(
     if want(crate::soak::SCENARIO) {
         add(&mut rows, crate::soak::run(bin, &p, soak).await);
     }
+    if want(crate::tls::SCENARIO) {
+        add(&mut rows, crate::tls::run(bin, &p, quick).await);
+    }
     rows
 }
 

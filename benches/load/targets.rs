@@ -108,6 +108,12 @@ impl Hop {
 
 /// Starts the tether binary in front of `upstream`.
 pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
+    tether_url(bin, &upstream.to_string(), extra)
+}
+
+/// Starts the tether binary in front of the backend `upstream` names (`host:port`, or a URL
+/// such as `https://localhost:8443`).
+pub fn tether_url(bin: &str, upstream: &str, extra: &[&str]) -> Hop {
     let mut child = Command::new(bin)
         .args([
             "--listen",
@@ -115,7 +121,7 @@ pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
             "--admin",
             "127.0.0.1:0",
             "--upstream",
-            &upstream.to_string(),
+            upstream,
             // The default cap (half the open-files limit) refuses streams past it with 503; the
             // bench's 10,000-run phase measures the wait for a free descriptor instead, as
             // before the cap existed.
@@ -145,7 +151,8 @@ pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
     BufReader::new(child.stdout.take().expect("stdout"))
         .read_line(&mut line)
         .expect("banner");
-    let mut urls = line.split("http://").skip(1).map(|s| {
+    // `tether on http://A  (admin http://B/metrics)`, or `https://A` with --tls-cert.
+    let mut urls = line.split("://").skip(1).map(|s| {
         s.split(|c: char| c.is_whitespace() || c == '/' || c == ')')
             .next()
             .and_then(|a| a.parse::<SocketAddr>().ok())

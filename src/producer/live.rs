@@ -58,6 +58,7 @@ pub(super) fn go_live(
     }
     let scope = pending.scope().clone();
     let owner = pending.owner();
+    let requested_ms = pending.since_ms();
     let guard = run.observe();
     registry.go_live(&pending, run.clone());
     drop(pending);
@@ -67,6 +68,7 @@ pub(super) fn go_live(
                 scope: scope.clone(),
                 owner,
                 header: header_text(header),
+                requested_ms,
             };
             spawn_writer(c.clone(), run.clone(), inbox, meta);
             Some(rec)

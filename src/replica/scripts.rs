@@ -7,19 +7,20 @@
 //!
 //! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
 //! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`, `t`
-//! (the run's start, ms since the Unix epoch on its producer's clock), and `watch`: until when
-//! (Redis server time, ms) some replica follows the run. Doorbells are published only while
-//! `watch` is set, so a run nobody follows costs no `PUBLISH`; the producer's lease tick clears
-//! a lapsed one. Chat hash fields: `run` (the chat's current run) and its `t`.
+//! (when its turn's request arrived, ms since the Unix epoch on its producer's clock), and
+//! `watch`: until when (Redis server time, ms) some replica follows the run. Doorbells are
+//! published only while `watch` is set, so a run nobody follows costs no `PUBLISH`; the
+//! producer's lease tick clears a lapsed one. Chat hash fields: `run` (the chat's current run)
+//! and its `t`.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 /// Makes a run live at head `seq` (0 at go-live; the local head at a re-base), writing the
-/// checkpoint when given, and points the chat at it. A chat's runs are ordered by their start,
-/// as stamped by their producers' clocks (the chat hash's `t`): a run never supersedes one that
-/// started after it. Such an older run (its go-live reached Redis late) is written live but
+/// checkpoint when given, and points the chat at it. A chat's runs are ordered by when their
+/// requests arrived, as stamped by their producers' clocks (the chat hash's `t`): a run never
+/// supersedes one whose request came after its own. Such an older run (its go-live reached Redis late) is written live but
 /// leaves the chat's pointer alone (`older`, with the chat's run). Otherwise, at go-live the
 /// chat's pointer must still name the expected previous run (else `retry`), which is
 /// superseded when still live; at a re-base, a chat taken by a run with no start stamp ends
@@ -27,8 +28,8 @@ use redis::Script;
 ///
 /// KEYS: chat, m, s, k, prev m, prev s. ARGV: mode (`live`|`rebase`), run, expected previous
 /// run (`""`: none), lease, producer, win, scope, ttl ms, seq, checkpoint (`""`: none),
-/// superseded end JSON for the previous run, previous run's doorbell, header, extra, the run's
-/// start (ms since the Unix epoch), publish command.
+/// superseded end JSON for the previous run, previous run's doorbell, header, extra, when the
+/// run's request arrived (ms since the Unix epoch), publish command.
 pub static UPSERT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"

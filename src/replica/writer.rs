@@ -38,6 +38,9 @@ pub struct Meta {
     pub owner: Owner,
     /// The upstream response header, for verbatim readers elsewhere.
     pub header: String,
+    /// When the turn's request arrived (ms since the Unix epoch): a chat's runs are ordered by
+    /// it across replicas.
+    pub requested_ms: u64,
 }
 
 /// One writer's state.
@@ -55,9 +58,6 @@ struct Writer {
     /// An end Redis has not taken yet (it was down), retried on every tick until the deadline.
     pending_end: Option<(End, Instant)>,
     ids: Vec<String>,
-    /// When the run started here (ms since the Unix epoch): a chat's runs are ordered by it
-    /// across replicas.
-    born_ms: u64,
 }
 
 /// Starts the writer of `run` (whose journal is the [`Recorder`](super::recorder::Recorder) `inbox` came with).
@@ -85,9 +85,6 @@ pub fn spawn(cluster: Arc<Replica>, run: Arc<Run>, inbox: WriterInbox, meta: Met
         producer_done: false,
         pending_end: None,
         ids: vec![id_key],
-        born_ms: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64),
     };
     tokio::spawn(w.run(inbox.rx));
 }

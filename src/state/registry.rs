@@ -139,6 +139,8 @@ pub struct Pending {
     owner: Owner,
     run_id: RunId,
     attach: bool,
+    /// When the request was registered (ms since the Unix epoch, this host's clock).
+    since_ms: u64,
 }
 
 impl Drop for Pending {
@@ -162,6 +164,12 @@ impl Pending {
     /// Who registered the run.
     pub fn owner(&self) -> Owner {
         self.owner
+    }
+
+    /// When the request was registered, before it was forwarded (ms since the Unix epoch on
+    /// this host's clock): what orders a chat's runs across replicas.
+    pub fn since_ms(&self) -> u64 {
+        self.since_ms
     }
 }
 
@@ -191,6 +199,9 @@ impl Registry {
             owner,
             run_id: run_id.clone(),
             attach,
+            since_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
         }
     }
 
@@ -273,10 +284,14 @@ impl Registry {
     }
 
     /// Adds `run`, a mirror of another replica's run of the chat at `scope`, as the chat's
-    /// current run (a previous run produced here and still live is superseded, as by
-    /// [`Self::go_live`]) or as one of its older runs; a mirror already held as an older run
-    /// is made current. A run recorded for another owner is never adopted (it supersedes
-    /// nothing and is found by no one here).
+    /// current run or as one of its older runs; a mirror already held as an older run is made
+    /// current. A run produced here that has not ended stays current and `run` joins the older
+    /// ones: whether a mirror's run is newer is the shared journal's to decide (by the turns'
+    /// request times), and the local run's writer hears it from there and ends the run
+    /// `superseded` if so. The journal's chat pointer alone can name an older run (Redis
+    /// restarted empty and an earlier turn's producer wrote its run again first). A run
+    /// recorded for another owner is never adopted (it supersedes nothing and is found by no
+    /// one here).
     pub fn adopt(&self, scope: &Scope, owner: Owner, run: Arc<Run>, current: bool) {
         if !run.bind_owner(owner) {
             return;
@@ -289,14 +304,17 @@ impl Registry {
             if !chat.owner.is(&owner) {
                 return;
             }
+            // A run produced here and still going keeps the chat (see above).
+            let current = current
+                && !chat
+                    .current
+                    .as_ref()
+                    .is_some_and(|prev| !prev.is_mirror() && prev.end().is_none());
             if chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
                 // Held already: a mirror held as an older run becomes the current one.
                 if current && run.is_mirror() && chat.older.iter().any(|r| Arc::ptr_eq(r, &run)) {
                     chat.older.retain(|r| !Arc::ptr_eq(r, &run));
                     if let Some(prev) = chat.current.replace(run.clone()) {
-                        if !prev.is_mirror() {
-                            prev.supersede(run.id());
-                        }
                         chat.older.push(prev);
                     }
                     drop(chat);
@@ -306,9 +324,6 @@ impl Registry {
             }
             if current {
                 if let Some(prev) = chat.current.replace(run.clone()) {
-                    if !prev.is_mirror() {
-                        prev.supersede(run.id());
-                    }
                     chat.older.push(prev);
                 }
             } else {

@@ -104,7 +104,7 @@ impl Writer {
                         .arg(&pk.bell)
                         .arg(&self.meta.header)
                         .arg("")
-                        .arg(self.born_ms)
+                        .arg(self.meta.requested_ms)
                         .arg(c.publish_command()),
                 )
                 .await;
@@ -115,9 +115,10 @@ impl Writer {
             match v.first().map(|b| &b[..]) {
                 Some(answer @ (b"ok" | b"older")) => {
                     if answer == b"older" {
-                        // This run started before the chat's current one (its go-live reached
-                        // Redis late): it stays readable by its id but does not take the chat,
-                        // and, still producing, it ends superseded as it would have there.
+                        // This run's request came before the chat's current one's (its
+                        // go-live reached Redis late): it stays readable by its id but does
+                        // not take the chat, and, still producing, it ends superseded as it
+                        // would have there.
                         let next = RunId::from(
                             v.get(1)
                                 .map(|b| String::from_utf8_lossy(b).into_owned())

@@ -413,3 +413,26 @@ async fn a_run_unobserved_for_the_abandon_time_is_abandoned_and_a_watched_one_is
     drop(lonely.observe());
     assert!(reg.abandoned(Duration::from_secs(10)).is_empty());
 }
+
+#[test]
+fn a_mirror_never_displaces_a_run_produced_here_until_that_run_has_ended() {
+    // After Redis restarted empty, an earlier turn's producer may write its run again first and
+    // take the chat's pointer: a follower then reads that older run as the chat's current one.
+    let reg = reg(Duration::from_secs(60), 8);
+    let scope = Scope::from("c");
+    let mine = live(&reg, "c", "mine");
+    let older = Arc::new(Run::new("older", 4));
+    older.set_mirror();
+    reg.adopt(&scope, ANY, older.clone(), true);
+    assert!(mine.end().is_none(), "the local run goes on");
+    assert!(Arc::ptr_eq(&reg.current(&scope, &ANY).unwrap(), &mine));
+    assert!(Arc::ptr_eq(
+        &reg.find(&scope, &ANY, &RunId::from("older")).unwrap(),
+        &older
+    ));
+    // Once the local run has ended (its writer settled it from the journal), the mirror the
+    // journal names is made current.
+    mine.supersede(&RunId::from("older"));
+    reg.adopt(&scope, ANY, older.clone(), true);
+    assert!(Arc::ptr_eq(&reg.current(&scope, &ANY).unwrap(), &older));
+}
