@@ -39,8 +39,13 @@ pub enum Code {
     NoRun,
     /// 409: a `single_flight` route refused a turn while one is running.
     TurnAlreadyRunning,
+    /// 409: a retry joined a run that cannot be replayed to this requester (a legacy
+    /// requester on a route without a raw record).
+    IdempotencyKeyInUse,
     /// 413: the request body is over `max_body_bytes`.
     BodyTooLarge,
+    /// 422: a record request reused an idempotency key with another body.
+    IdempotencyKeyReused,
     /// 429: the run has `max_observers_per_run` observers.
     TooManyObservers,
     /// 431: the request headers are over `max_header_bytes`.
@@ -71,7 +76,9 @@ impl Code {
             Code::Unauthenticated => "unauthenticated",
             Code::NoRun => "no_run",
             Code::TurnAlreadyRunning => "turn_already_running",
+            Code::IdempotencyKeyInUse => "idempotency_key_in_use",
             Code::BodyTooLarge => "body_too_large",
+            Code::IdempotencyKeyReused => "idempotency_key_reused",
             Code::TooManyObservers => "too_many_observers",
             Code::HeadersTooLarge => "headers_too_large",
             Code::UpstreamUnreachable => "upstream_unreachable",
@@ -85,8 +92,9 @@ impl Code {
         match self {
             Code::Unauthenticated => 401,
             Code::NoRun => 404,
-            Code::TurnAlreadyRunning => 409,
+            Code::TurnAlreadyRunning | Code::IdempotencyKeyInUse => 409,
             Code::BodyTooLarge => 413,
+            Code::IdempotencyKeyReused => 422,
             Code::TooManyObservers => 429,
             Code::HeadersTooLarge => 431,
             Code::UpstreamUnreachable => 502,

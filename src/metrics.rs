@@ -213,6 +213,9 @@ pub struct Metrics {
     /// `tether_runs_unrecorded_total`: turns passed through unrecorded because the recorder was
     /// at `max_runs` or `max_recorded_bytes`.
     pub runs_unrecorded: IntCounter,
+    /// `tether_idempotent_joins_total`: retried record requests (same idempotency key and
+    /// body) answered from the run their first request started, not forwarded.
+    pub idempotent_joins: IntCounter,
     /// `tether_buffered_bytes`: bytes held for legacy clients' queues and unfinished upstream
     /// events (kept by [`crate::budget::Budget`]).
     pub buffered_bytes: IntGauge,
@@ -377,6 +380,11 @@ impl Metrics {
                 &r,
                 "tether_runs_unrecorded_total",
                 "Turns passed through unrecorded because the recorder was full",
+            ),
+            idempotent_joins: counter(
+                &r,
+                "tether_idempotent_joins_total",
+                "Retried record requests answered from the run their idempotency key started",
             ),
             buffered_bytes: gauge(
                 &r,

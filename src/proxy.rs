@@ -9,6 +9,7 @@ mod attach;
 mod control;
 mod record;
 mod resume;
+mod retry;
 mod session;
 mod shared;
 

@@ -13,6 +13,7 @@ pub(super) struct DropIn {
     pub(super) run: Vec<KeySource>,
     pub(super) aliases: Vec<Alias>,
     pub(super) resume_on: Option<KeySource>,
+    pub(super) idempotency_key: Option<KeySource>,
     pub(super) tokens: Tokens,
     pub(super) cancel_request_id: Option<KeySource>,
 }
@@ -153,6 +154,15 @@ pub(super) fn drop_in(
         },
         None => None,
     };
+    record_only(
+        "idempotency_key",
+        rc.idempotency_key.as_deref().is_some_and(|k| !k.is_empty()),
+    )?;
+    let idempotency_key = match (rc.kind, rc.idempotency_key.as_deref()) {
+        (RouteKind::Record, None) => Some(KeySource::Header(DEFAULT_IDEMPOTENCY_HEADER.into())),
+        (RouteKind::Record, Some(k)) if !k.is_empty() => Some(source("idempotency_key", k)?),
+        _ => None,
+    };
     let header_name = |k: &str, v: &Option<String>| -> Result<Option<String>, ConfigError> {
         match v {
             Some(h) if http::HeaderName::from_bytes(h.as_bytes()).is_ok() => {
@@ -202,10 +212,15 @@ pub(super) fn drop_in(
         run,
         aliases,
         resume_on,
+        idempotency_key,
         tokens,
         cancel_request_id,
     })
 }
+
+/// The header a retried record request carries its idempotency key in, by default (the IETF
+/// `Idempotency-Key` draft's name).
+pub const DEFAULT_IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 /// Checks that a route can read `source`: a `path:` capture must be in the route's pattern, and
 /// a `json:` pointer needs a body (a status route and a `GET` attach have none).

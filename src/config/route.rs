@@ -61,6 +61,8 @@ pub struct Route {
     pub ids: Ids,
     /// Record routes: the header whose value makes a request a `last_event_id` resume.
     pub resume_on: Option<KeySource>,
+    /// Record routes: where a retry's idempotency key is (default `header:Idempotency-Key`).
+    pub idempotency_key: Option<KeySource>,
     /// Record routes (`resume_on`): the answer when there is nothing after the id.
     pub on_nothing: OnNothing,
     /// Record routes: resume tokens.
@@ -168,6 +170,7 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         aliases: d.aliases,
         ids: rc.ids,
         resume_on: d.resume_on,
+        idempotency_key: d.idempotency_key,
         on_nothing: rc.on_nothing,
         tokens: d.tokens,
         answer: rc.answer,

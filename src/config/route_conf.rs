@@ -105,6 +105,10 @@ pub struct RouteConf {
     /// Record routes: `header:Last-Event-ID` serves a resume instead of a new turn.
     #[serde(default)]
     pub resume_on: Option<String>,
+    /// Record routes: where a retried request's idempotency key is (a key source as for
+    /// `chat_id`); unset: `header:Idempotency-Key`; `""`: none.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
     /// Record routes: the response header carrying the run id.
     #[serde(default)]
     pub run_id_header: Option<String>,
@@ -159,6 +163,7 @@ pub fn default_routes() -> Vec<RouteConf> {
         aliases: Vec::new(),
         ids: Ids::Upstream,
         resume_on: None,
+        idempotency_key: None,
         run_id_header: None,
         token_header: None,
         token_ttl: None,

@@ -642,3 +642,25 @@ fn an_https_backend_takes_its_ca_and_client_certificate_and_a_plain_one_refuses_
         3
     );
 }
+
+#[test]
+fn a_record_route_reads_the_idempotency_key_from_its_header_unless_told_otherwise() {
+    let r = routes(&route(&["POST"], "/chat", "record", "body:chat_id")).unwrap();
+    assert_eq!(
+        r[0].idempotency_key,
+        Some(KeySource::Header("idempotency-key".into()))
+    );
+    let off = format!(
+        "{}idempotency_key = \"\"\n",
+        route(&["POST"], "/chat", "record", "body:chat_id")
+    );
+    assert_eq!(routes(&off).unwrap()[0].idempotency_key, None);
+    let attach = format!(
+        "{}idempotency_key = \"header:X-Key\"\n",
+        route(&["POST"], "/chat/live", "attach", "body:chat_id")
+    );
+    let e = routes(&attach).unwrap_err();
+    assert!(e.key.ends_with("idempotency_key"), "{e}");
+    let attach_default = routes(&route(&["POST"], "/chat/live", "attach", "body:chat_id")).unwrap();
+    assert_eq!(attach_default[0].idempotency_key, None);
+}

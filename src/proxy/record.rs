@@ -9,6 +9,7 @@ use log::info;
 use pingora_proxy::Session;
 
 use super::resume::{first_key, refused};
+use super::retry::Retry;
 use super::session::{
     forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
     Handled, Reply, Source,
@@ -22,9 +23,13 @@ use crate::producer::{self, Head, Job, Rules};
 use crate::request::{self, Parts, RecordRequest};
 use crate::state::attach_policy::Start;
 use crate::state::auth::{Auth, Owner};
+use crate::state::registry::idempotency::body_hash;
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::mint_run_id;
 use crate::vocab::{ChatId, RunId};
+
+/// The longest idempotency key kept (a longer one is ignored, and the request is a new turn).
+const MAX_KEY_BYTES: usize = 256;
 
 /// A turn ready to forward: its registration, run id, body, and how its requester reads it.
 pub(crate) struct Turn {
@@ -92,6 +97,23 @@ impl Sidecar {
                 _ => None,
             })
             .collect()
+    }
+
+    /// The route's idempotency key in this request (`None`: absent, empty, or the route has
+    /// none).
+    fn idempotency_key(&self, session: &Session, m: &Matched<'_>, body: &Bytes) -> Option<String> {
+        let src = m.route.idempotency_key.as_ref()?;
+        let map = request::json_object(body).ok();
+        let header = |h: &str| super::session::header_value(session, h);
+        let parts = Parts {
+            captures: &m.captures,
+            query: session.req_header().uri.query(),
+            header: &header,
+        };
+        first_key(std::slice::from_ref(src), &parts, map.as_ref())
+            .ok()
+            .flatten()
+            .filter(|k| !k.is_empty() && k.len() <= MAX_KEY_BYTES)
     }
 
     /// `resume_on`: a request carrying the header with an id of a frame of the chat's run is a
@@ -183,7 +205,25 @@ impl Sidecar {
             // few milliseconds, is not seen).
             j.sync_chat(&scope, owner, None).await;
         }
-        let pending = match s.registry.register(&scope, owner, &run_id, admit) {
+        let key = self.idempotency_key(session, m, &body);
+        let registered = match &key {
+            Some(k) => {
+                let retry = Retry {
+                    key: k,
+                    body: body_hash(&body),
+                    legacy: !req.protocol1,
+                };
+                match self
+                    .register_retry(session, route, &scope, owner, &run_id, admit, retry)
+                    .await
+                {
+                    Ok(p) => Ok(p),
+                    Err(answered) => return answered,
+                }
+            }
+            None => s.registry.register(&scope, owner, &run_id, admit),
+        };
+        let pending = match registered {
             Ok(p) => p,
             Err(busy) => {
                 let mut e = ApiError::new(

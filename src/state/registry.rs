@@ -40,6 +40,9 @@ struct Chat {
     attach_recording: bool,
     /// `cancel_request_id` → the run it stopped.
     cancels: VecDeque<(String, RunId)>,
+    /// Idempotency keys of record requests: the run each started and its request body's hash
+    /// ([`idempotency`]).
+    keys: VecDeque<idempotency::Key>,
 }
 
 impl Chat {
@@ -51,6 +54,7 @@ impl Chat {
             pending: Vec::new(),
             attach_recording: false,
             cancels: VecDeque::new(),
+            keys: VecDeque::new(),
         }
     }
 
@@ -220,6 +224,13 @@ impl Registry {
             .chats
             .entry(scope.clone())
             .or_insert_with(|| Chat::new(owner));
+        Self::admit(&mut chat, run_id, admit)?;
+        drop(chat);
+        Ok(self.pending(scope, run_id, admit == Admission::AttachRecord))
+    }
+
+    /// The admission checks of [`Self::register`] on the chat's entry, and the pending run.
+    fn admit(chat: &mut Chat, run_id: &RunId, admit: Admission) -> Result<(), Busy> {
         match admit {
             Admission::Always => {}
             Admission::SingleFlight => {
@@ -242,8 +253,7 @@ impl Registry {
             }
         }
         chat.pending.push(run_id.clone());
-        drop(chat);
-        Ok(self.pending(scope, run_id, admit == Admission::AttachRecord))
+        Ok(())
     }
 
     /// Makes `run` the chat's current run. A still-active previous run is superseded (its
@@ -477,6 +487,7 @@ impl Registry {
     }
 }
 
+pub mod idempotency;
 mod retention;
 #[cfg(test)]
 mod tests;

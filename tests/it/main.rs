@@ -15,6 +15,7 @@ mod faults;
 mod formats;
 mod hostile;
 mod https;
+mod idempotency;
 mod journal;
 mod keepalive;
 mod layers;
