@@ -113,6 +113,9 @@ pub struct Rules {
     pub aliases: Vec<Alias>,
     /// Values of the route's `request:` aliases, read from the request.
     pub request_aliases: Vec<String>,
+    /// Names the run is indexed by for its owner, here and in the shared journal, but never
+    /// shown as its alias: the request's idempotency key (see `proxy::retry`).
+    pub keys: Vec<String>,
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
 }
@@ -195,10 +198,14 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         raw,
         aliases,
         request_aliases,
+        keys,
         ..
     } = rules;
     for alias in live::known_aliases(&aliases, request_aliases, &header) {
         naming.name(&run, &alias);
+    }
+    for key in keys {
+        naming.index_only(&run, &key);
     }
     m.runs_active.inc();
     let (tee, legacy) = match legacy {

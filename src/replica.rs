@@ -332,6 +332,17 @@ impl Replica {
         follower::sync_chat(self, scope, owner, run_id).await
     }
 
+    /// The run of the chat at `scope` the journal indexes under `name` for `owner` (an
+    /// idempotency key's name), mirrored here; `None` when it names none of this chat's runs.
+    pub async fn find_named(
+        self: &Arc<Self>,
+        scope: &Scope,
+        owner: Owner,
+        name: &RunId,
+    ) -> Option<Arc<Run>> {
+        follower::find_named(self, scope, owner, name).await
+    }
+
     /// Like [`Self::sync_chat`] for a run named by tether's run id or an alias.
     pub async fn sync_id(self: &Arc<Self>, owner: Owner, id: &RunId) {
         follower::sync_id(self, owner, id).await

@@ -137,6 +137,16 @@ impl Naming<'_> {
         }
         info!("run {}: known to the backend as {alias:?}", run.id());
     }
+
+    /// Indexes `run` under `name` here and in the shared journal without making it the run's
+    /// alias (an idempotency key's name).
+    pub(super) fn index_only(&self, run: &Arc<Run>, name: &str) {
+        let name = RunId::from(name);
+        self.registry.index(&self.owner, &name, self.scope, run);
+        if let Some(r) = &self.recorder {
+            r.alias(&name);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +167,7 @@ mod tests {
             raw: None,
             aliases,
             request_aliases,
+            keys: Vec::new(),
             tokens,
         }
     }

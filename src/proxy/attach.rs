@@ -98,6 +98,7 @@ impl Sidecar {
                                 body,
                                 legacy: false,
                                 request_aliases: Vec::new(),
+                                keys: Vec::new(),
                             },
                         )
                         .await;

@@ -9,7 +9,7 @@ use log::info;
 use pingora_proxy::Session;
 
 use super::resume::{first_key, refused};
-use super::retry::Retry;
+use super::retry::{key_names, Retry};
 use super::session::{
     forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
     Handled, Reply, Source,
@@ -43,6 +43,8 @@ pub(crate) struct Turn {
     pub(crate) legacy: bool,
     /// Values of the route's `request:` aliases.
     pub(crate) request_aliases: Vec<String>,
+    /// Index-only names of the run: its idempotency key's (see [`super::retry`]).
+    pub(crate) keys: Vec<String>,
 }
 
 impl Sidecar {
@@ -206,11 +208,15 @@ impl Sidecar {
             j.sync_chat(&scope, owner, None).await;
         }
         let key = self.idempotency_key(session, m, &body);
+        let hash = body_hash(&body);
+        let keys = key
+            .as_deref()
+            .map_or_else(Vec::new, |k| key_names(k, &hash).to_vec());
         let registered = match &key {
             Some(k) => {
                 let retry = Retry {
                     key: k,
-                    body: body_hash(&body),
+                    body: hash,
                     legacy: !req.protocol1,
                 };
                 match self
@@ -242,6 +248,7 @@ impl Sidecar {
             body,
             legacy: !req.protocol1,
             request_aliases,
+            keys,
         };
         self.run_upstream(session, route, turn).await
     }
@@ -259,6 +266,7 @@ impl Sidecar {
             body,
             legacy,
             request_aliases,
+            keys,
         } = turn;
         let s = &self.shared;
         let owner = pending.owner();
@@ -285,6 +293,7 @@ impl Sidecar {
                     raw: s.cfg.raw.clone(),
                     aliases: route.aliases.clone(),
                     request_aliases,
+                    keys,
                     tokens: route.tokens.clone(),
                 },
                 budget: s.budget.clone(),

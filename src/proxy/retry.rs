@@ -19,6 +19,27 @@ use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::Run;
 use crate::vocab::{RunId, Scope};
 
+/// The names a run is indexed by for its idempotency key (here and in the shared journal): the
+/// key's, and the key's with its request body's, both hashed (short and of one alphabet).
+pub(crate) fn key_names(key: &str, body: &[u8; 32]) -> [String; 2] {
+    let k = blake3::hash(key.as_bytes()).to_hex();
+    let b = blake3::Hash::from_bytes(*body).to_hex();
+    [
+        format!("~key:{}", &k[..32]),
+        format!("~key:{}:{}", &k[..32], &b[..32]),
+    ]
+}
+
+/// `422 idempotency_key_reused`, naming the run the key started.
+fn reused(first: RunId) -> ApiError {
+    let mut e = ApiError::new(
+        Code::IdempotencyKeyReused,
+        "this idempotency key was used with another request body",
+    );
+    e.run_id = Some(first);
+    e
+}
+
 /// A record request's idempotency key and the hash of its body.
 pub(crate) struct Retry<'a> {
     pub(crate) key: &'a str,
@@ -47,6 +68,22 @@ impl Sidecar {
         let s = &self.shared;
         let deadline = tokio::time::Instant::now() + s.cfg.recorder.max_wait.0;
         let mut changed = s.registry.subscribe();
+        if let Some(j) = &s.journal {
+            // A run another replica started for this key: the journal indexes it by the key's
+            // names (with its body, and without: another body).
+            if s.registry
+                .keyed(scope, &owner, retry.key, retry.body)
+                .is_none()
+            {
+                let [plain, with_body] = key_names(retry.key, &retry.body);
+                if let Some(run) = j.find_named(scope, owner, &with_body.into()).await {
+                    return Err(self.join(session, route, &run, &owner, retry.legacy).await);
+                }
+                if let Some(run) = j.find_named(scope, owner, &plain.into()).await {
+                    return Err(Err(reused(run.id().clone())));
+                }
+            }
+        }
         loop {
             let keyed = s
                 .registry
@@ -56,14 +93,7 @@ impl Sidecar {
                 Ok(Keyed::Join(run)) => {
                     return Err(self.join(session, route, &run, &owner, retry.legacy).await)
                 }
-                Ok(Keyed::Reused(first)) => {
-                    let mut e = ApiError::new(
-                        Code::IdempotencyKeyReused,
-                        "this idempotency key was used with another request body",
-                    );
-                    e.run_id = Some(first);
-                    return Err(Err(e));
-                }
+                Ok(Keyed::Reused(first)) => return Err(Err(reused(first))),
                 Ok(Keyed::Wait(first)) => {
                     let woke = tokio::time::timeout_at(deadline, changed.changed()).await;
                     if !matches!(woke, Ok(Ok(()))) {

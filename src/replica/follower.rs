@@ -104,6 +104,25 @@ pub(super) async fn sync_id(c: &Arc<Replica>, owner: Owner, id: &RunId) {
     }
 }
 
+/// The run of the chat at `scope` indexed under `name` for `owner` in the journal, mirrored here
+/// (not named by it: `name` is no alias to show).
+pub(super) async fn find_named(
+    c: &Arc<Replica>,
+    scope: &Scope,
+    owner: Owner,
+    name: &RunId,
+) -> Option<Arc<Run>> {
+    let mut conn = c.conn();
+    let v: Option<String> = timed(conn.get(super::id_key(&owner, name))).await.ok()?;
+    let (s, run_id) = v.as_deref()?.split_once('\n')?;
+    if s != scope.as_str() {
+        return None;
+    }
+    let run_id = RunId::from(run_id);
+    sync_chat(c, scope, owner, Some(&run_id)).await;
+    c.registry.find(scope, &owner, &run_id)
+}
+
 /// The mirror of run `run_id` of the chat at `scope`: the one this replica has, or a new one
 /// with its follower, bound to `owner` (the owner whose scope names the run's keys). `None` when
 /// the journal does not know the run in that chat. Mirrors are kept by their chat's keys, so a

@@ -10,6 +10,7 @@ mod doorbells;
 mod lost;
 mod owners;
 mod rebase;
+mod retries;
 mod supersede;
 mod tls;
 
