@@ -159,14 +159,27 @@ pub fn diagnose(turn: &Turn, state: &Reduced, want: &Reduced) -> String {
     if let Some(i) = (0..expected).find(|i| !seen.contains_key(i)) {
         return format!("a gap (event index {i} missing)");
     }
-    let show = |r: &Reduced| {
-        let s = format!("{r:?}");
-        s.chars().take(400).collect::<String>()
+    // Where the two first differ, with some context either side (the whole states are long).
+    let (got, wanted): (Vec<char>, Vec<char>) = (
+        format!("{state:?}").chars().collect(),
+        format!("{want:?}").chars().collect(),
+    );
+    let at = got
+        .iter()
+        .zip(&wanted)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(wanted.len()));
+    let show = |c: &[char]| -> String {
+        let from = at.saturating_sub(200);
+        let to = (at + 300).min(c.len());
+        c[from.min(to)..to].iter().collect()
     };
     format!(
-        "the state differs: got {}, want {}",
-        show(state),
-        show(want)
+        "the state differs at character {at} (of {} and {}): got …{}…, want …{}…",
+        got.len(),
+        wanted.len(),
+        show(&got),
+        show(&wanted)
     )
 }
 
