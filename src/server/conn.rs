@@ -27,6 +27,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{ApiError, Code};
+use preface::Preface;
+
+mod preface;
 use crate::metrics::{label_enum, Counters, Metrics};
 
 /// How often at most a failing `accept` is logged (the failures in between are counted).
@@ -239,12 +242,15 @@ pub async fn accept_loop<A>(
         let (app, policy, shutdown) = (app.clone(), policy.clone(), shutdown.clone());
         tokio::spawn(async move {
             let _slot = slot;
+            let accepted = Instant::now();
             let Some(stream) = secure(tcp, &policy).await else {
                 return;
             };
             if stream.selected_alpn_proto() == Some(ALPN::H2) {
                 // Pingora's HTTP/2 server: the connection's streams, each a session of `app`,
-                // until the client leaves, or a drain (GOAWAY) once its streams have ended.
+                // until the client leaves, or a drain (GOAWAY) once its streams have ended. Its
+                // preface must come within the header deadline.
+                let stream = Box::new(Preface::new(stream, accepted + policy.header_timeout));
                 app.process_new(stream, &shutdown).await;
                 return;
             }

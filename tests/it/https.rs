@@ -410,3 +410,31 @@ fn a_missing_or_half_listener_pair_exits_64_naming_it() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_that_sends_no_preface_is_closed_at_the_header_deadline() {
+    let be = turn_backend(turn(2), None).await;
+    let ca = TestCa::new("h2-preface");
+    let server = ca.issue("listener", &["localhost"]);
+    let tether = https_tether(be.addr, &server, "header_timeout = \"300ms\"\n").await;
+    // The handshake picks h2, then the client sends nothing.
+    let mut idle = tls_connect(tether.addr, &ca, &[b"h2"]).await.unwrap();
+    assert_eq!(idle.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let mut sink = Vec::new();
+    within("the server closes the silent connection", async {
+        // The server's SETTINGS may come first; then the close.
+        let _ = idle.read_to_end(&mut sink).await;
+    })
+    .await;
+    eventually_async("the connection is gone", || async {
+        tether.metric("tether_downstream_connections").await == 0.0
+    })
+    .await;
+    // One that speaks in time is served as ever.
+    let mut c = H2::connect(tether.addr, &ca).await;
+    let mut ok = c.post("/chat", &chat("c")).await;
+    assert_eq!(
+        ok.frames_to_end().await.last().unwrap().json["persisted"],
+        json!(true)
+    );
+}
