@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of tether: cargo's (unit, property, integration), the SDK agreement checks (the
 # official SDKs' stream accumulators over the golden fixtures, scripts/sdk/check.sh), then the
-# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page and
-# the AG-UI agent in a real browser (Debian's Chromium driven by playwright-core,
-# clients/js/test/browser) against the debug `tether` binary.
+# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page (also
+# over HTTPS with HTTP/2, with a certificate made by the openssl CLI) and the AG-UI agent in a real
+# browser (Debian's Chromium driven by playwright-core, clients/js/test/browser) against the debug
+# `tether` binary.
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
-# zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, and the client's
+# zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, openssl (the
+# HTTPS browser test's certificate) and curl (tests/it/https.rs drives `curl --http2`), the client's
 # npm packages (`npm ci`), the Python and npm SDKs of the checks, the client libraries of the
 # drop-in profile tests (scripts/compat, `npm ci`), redis-server (the shared journal's
 # integration tests start their own) and nginx (tests/it/deploy/ starts its own in front of two
@@ -27,6 +29,8 @@ command -v cc >/dev/null 2>&1 || need+=(build-essential)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v "${CHROMIUM:-/usr/bin/chromium}" >/dev/null 2>&1 || need+=(chromium)
+command -v "${OPENSSL:-/usr/bin/openssl}" >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 # tests/it/journal/ starts its own redis-server (Debian's, 7.x) on a free port, and its own
 # three-node Redis Cluster of them (CLUSTER ADDSLOTSRANGE and --cluster-port need Redis 7).
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
@@ -70,9 +74,9 @@ cd clients/js
 npm ci --no-audit --no-fund --loglevel=error
 node --test test/unit/*.test.mjs
 
-# 4. The demo page, and the AG-UI agent in a page script bundled with esbuild, in Chromium against
-#    target/debug/tether in demo mode (free ports, stopped by PID at the end). Screenshots go to
-#    target/browser-artifacts/.
+# 4. The demo page (over plain HTTP, and over HTTPS with HTTP/2), and the AG-UI agent in a page
+#    script bundled with esbuild, in Chromium against target/debug/tether in demo mode (free ports,
+#    stopped by PID at the end). Screenshots go to target/browser-artifacts/.
 TETHER_BIN="$target/debug/tether" TETHER_ARTIFACTS="$target/browser-artifacts" \
   node --test test/browser/*.test.mjs
 echo "browser screenshots: $target/browser-artifacts/"

@@ -135,44 +135,59 @@ fn banner(h: &tether::server::Handle) {
 }
 
 /// On each SIGHUP, reads the listener's certificate and key again (the reload logs how it went).
-async fn reload_on_hangup(tls: Option<std::sync::Arc<tether::server::tls::ListenerTls>>) {
+/// The handler is registered when this is called, not when the future is first polled.
+fn reload_on_hangup(
+    tls: Option<std::sync::Arc<tether::server::tls::ListenerTls>>,
+) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else {
-            return;
-        };
-        while hup.recv().await.is_some() {
-            match &tls {
-                Some(t) => {
-                    let _ = t.reload();
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup());
+    async move {
+        #[cfg(unix)]
+        {
+            let Ok(mut hup) = hup else {
+                return;
+            };
+            while hup.recv().await.is_some() {
+                match &tls {
+                    Some(t) => {
+                        let _ = t.reload();
+                    }
+                    None => {
+                        log::info!("SIGHUP: nothing to reload (the listener serves plain HTTP)")
+                    }
                 }
-                None => log::info!("SIGHUP: nothing to reload (the listener serves plain HTTP)"),
             }
         }
+        #[cfg(not(unix))]
+        let _ = tls;
     }
-    #[cfg(not(unix))]
-    let _ = tls;
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT; the handlers are registered when this is called.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let signals = {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut int)) = (
+        (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = int.recv() => {}
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        {
+            let (Ok(mut term), Ok(mut int)) = signals else {
+                return std::future::pending().await;
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -243,10 +258,14 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        // The signal handlers are in place before the banner tells the world tether is up: a
+        // SIGHUP or SIGTERM sent as soon as it is read must not meet the default action (exit).
+        let hangup = reload_on_hangup(handle.tls());
+        let shutdown = shutdown_signal();
         banner(&handle);
         tokio::spawn(heap::trim_after_evictions(handle.shared.metrics.clone()));
-        tokio::spawn(reload_on_hangup(handle.tls()));
-        shutdown_signal().await;
+        tokio::spawn(hangup);
+        shutdown.await;
         log::info!("signal received: draining for up to {:?}", drain);
         handle.drain(drain).await;
         ExitCode::SUCCESS

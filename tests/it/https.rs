@@ -4,7 +4,8 @@
 //! stream reset is a disconnect (the producer carries on, the turn is whole for the next
 //! reader); a client that does not trust the certificate, or speaks plain HTTP to the port, is
 //! refused and counted; a reload takes a new certificate for new connections while a stream on
-//! an old one goes on (the SIGHUP wiring is in `ops`).
+//! an old one goes on (the SIGHUP wiring is in `ops`). The system's `curl --http2` (skipped when
+//! absent or built without HTTP/2) records a turn, and killed mid-stream leaves the producer going.
 
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -437,4 +438,183 @@ async fn an_http2_client_that_sends_no_preface_is_closed_at_the_header_deadline(
         ok.frames_to_end().await.last().unwrap().json["persisted"],
         json!(true)
     );
+}
+
+/// Whether `curl` is installed with HTTP/2 (`HTTP2` among `curl -V`'s features); when not, says
+/// which test it skips.
+fn curl_has_http2(test: &str) -> bool {
+    let features = std::process::Command::new("curl")
+        .arg("-V")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("Features:").map(str::to_string))
+        });
+    let ok = features.is_some_and(|f| f.split_whitespace().any(|x| x == "HTTP2"));
+    if !ok {
+        eprintln!("skipping {test}: no curl with HTTP2 among its features (curl -V)");
+    }
+    ok
+}
+
+/// `curl --http2` POSTing `body` to `path` on tether's HTTPS listener, trusting `ca` and
+/// resolving `localhost` to tether's address; curl itself gives up after the harness's limit.
+fn curl(
+    addr: std::net::SocketAddr,
+    ca: &TestCa,
+    path: &str,
+    body: &serde_json::Value,
+) -> std::process::Command {
+    let mut c = std::process::Command::new("curl");
+    c.args(["--http2", "--silent", "--show-error", "--no-buffer"])
+        .args(["--max-time", &LIMIT.as_secs().to_string()])
+        .arg("--cacert")
+        .arg(&ca.pem)
+        .arg("--resolve")
+        .arg(format!("localhost:{}:127.0.0.1", addr.port()))
+        .args(["-H", "content-type: application/json", "--data-binary"])
+        .arg(body.to_string())
+        .arg(format!("https://localhost:{}{path}", addr.port()))
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+/// Runs `cmd` to its end (off the runtime's workers, within the harness's limit).
+async fn run_to_end(mut cmd: std::process::Command) -> std::process::Output {
+    let out = within(
+        "curl exits",
+        tokio::task::spawn_blocking(move || cmd.output().unwrap()),
+    )
+    .await
+    .unwrap();
+    assert!(out.status.success(), "curl: {out:?}");
+    out
+}
+
+/// The next line a child wrote (`None` once its output ended), within the harness's limit.
+async fn next_line(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Option<String> {
+    within("a line from curl", lines.recv()).await
+}
+
+/// The protocol-1 frames of an SSE body (comments skipped).
+fn sse_frames(body: &str) -> Vec<Frame> {
+    body.split("\n\n").filter_map(parse_frame).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_over_http2_records_a_turn() {
+    if !curl_has_http2("curl_over_http2_records_a_turn") {
+        return;
+    }
+    let events = turn(5);
+    let be = turn_backend(events.clone(), None).await;
+    let ca = TestCa::new("curl-record");
+    let server = ca.issue("listener", &["localhost"]);
+    let tether = https_tether(be.addr, &server, "").await;
+    let body = ca.dir.join("record.sse");
+    let mut cmd = curl(tether.addr, &ca, "/chat", &chat("c"));
+    cmd.arg("--output")
+        .arg(&body)
+        .args(["--write-out", "%{http_version} %{response_code}"]);
+    let out = run_to_end(cmd).await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 200");
+    let frames = sse_frames(&std::fs::read_to_string(&body).unwrap());
+    let mut state = Reduced::default();
+    state.apply_frames(&frames, 0);
+    assert_eq!(state, Reduced::of(&events));
+    let end = frames.last().unwrap();
+    assert_eq!(
+        (end.ty(), end.json["persisted"].clone()),
+        ("STREAM_END", json!(true))
+    );
+    assert_eq!(be.requests.lock().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_curl_killed_mid_stream_over_http2_leaves_the_producer_going() {
+    use std::io::BufRead;
+    if !curl_has_http2("a_curl_killed_mid_stream_over_http2_leaves_the_producer_going") {
+        return;
+    }
+    let events = turn(6);
+    let gate = Gate::default();
+    let be = turn_backend(events.clone(), Some((2, gate.clone()))).await;
+    let ca = TestCa::new("curl-kill");
+    let server = ca.issue("listener", &["localhost"]);
+    let tether = https_tether(be.addr, &server, "").await;
+
+    // The response head (--include) and the stream, line by line as curl writes them.
+    let mut cmd = curl(tether.addr, &ca, "/chat", &chat("c"));
+    cmd.arg("--include").stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(l);
+        }
+    });
+    let status = next_line(&mut lines).await.expect("a status line");
+    assert!(status.starts_with("HTTP/2 200"), "{status:?}");
+    while next_line(&mut lines)
+        .await
+        .is_some_and(|l| !l.trim().is_empty())
+    {}
+    // The first frame (the snapshot), then curl dies with the upstream held at the gate.
+    let mut block = String::new();
+    let snapshot = loop {
+        let l = next_line(&mut lines).await.expect("the snapshot");
+        if !l.is_empty() {
+            block += &l;
+            block.push('\n');
+        } else if let Some(f) = parse_frame(&std::mem::take(&mut block)) {
+            break f;
+        }
+    };
+    assert_eq!(snapshot.ty(), "STREAM_SNAPSHOT");
+    let run = snapshot.json["run_id"].as_str().unwrap().to_string();
+    assert_eq!(tether.metric("tether_observers_active").await, 1.0);
+    child.kill().unwrap();
+    let killed = within(
+        "the killed curl is reaped",
+        tokio::task::spawn_blocking(move || child.wait().unwrap()),
+    )
+    .await
+    .unwrap();
+    assert!(!killed.success());
+    eventually_async(
+        "the killed client's stream and connection are gone",
+        || async {
+            tether.metric("tether_observers_active").await == 0.0
+                && tether.metric("tether_downstream_connections").await == 0.0
+        },
+    )
+    .await;
+    assert_eq!(tether.metric("tether_runs_active").await, 1.0);
+
+    // The producer carries on; a cursor attach from the start gets the whole turn, saved.
+    gate.open();
+    let mut again = curl(tether.addr, &ca, "/chat/live", &cursor("c", &run, 0));
+    again.args(["--write-out", "%{stderr}%{http_version}"]);
+    let out = run_to_end(again).await;
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "2");
+    let frames = sse_frames(&String::from_utf8(out.stdout).unwrap());
+    let mut state = Reduced::default();
+    state.apply_frames(&frames, 0);
+    assert_eq!(state, Reduced::of(&events));
+    let end = frames.last().unwrap();
+    assert_eq!(
+        (
+            end.ty(),
+            end.json["persisted"].clone(),
+            end.json["run_id"].clone()
+        ),
+        ("STREAM_END", json!(true), json!(run))
+    );
+    assert_eq!(be.requests.lock().len(), 1);
 }

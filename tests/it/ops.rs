@@ -1,5 +1,5 @@
 //! Operability: admin endpoints, metric values as scenarios drive them, graceful drain, and the
-//! binary's SIGTERM handling.
+//! binary's SIGTERM and SIGHUP handling (from the moment its banner is out).
 
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
@@ -367,6 +367,54 @@ fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
     });
     let status = within_blocking(move || child.wait().unwrap());
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn the_binary_handles_a_sighup_and_a_sigterm_sent_as_soon_as_its_banner_is_out() {
+    // The banner is the readiness signal: the handlers must be in place by then, or the signal
+    // meets its default action and ends the process. Several rounds, as a missing handler loses
+    // a race it does not always lose.
+    for round in 0..5 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .env("RUST_LOG", "info")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(line.starts_with("tether on http://"), "{line:?}");
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let (tx, logs) = std::sync::mpsc::channel();
+        let err = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for l in err.lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let pid = libc::pid_t::try_from(child.id()).unwrap();
+        let send = |sig| {
+            // SAFETY: kill(2) takes plain integers; the pid is our own child, not yet waited for.
+            let sent = unsafe { libc::kill(pid, sig) };
+            assert_eq!(sent, 0, "kill: {}", std::io::Error::last_os_error());
+        };
+        send(libc::SIGHUP);
+        loop {
+            match logs.recv_timeout(LIMIT) {
+                Ok(l) if l.contains("SIGHUP: nothing to reload") => break,
+                Ok(_) => {}
+                Err(e) => panic!(
+                    "round {round}: no SIGHUP log line ({e}): {:?}",
+                    child.try_wait()
+                ),
+            }
+        }
+        send(libc::SIGTERM);
+        let status = within_blocking(move || child.wait().unwrap());
+        assert!(status.success(), "round {round}: {status:?}");
+    }
 }
 
 #[test]

@@ -79,8 +79,14 @@ impl H2 {
         }
         let send = self.send.clone();
         let mut send = within("a stream slot", send.ready()).await.unwrap();
-        let (resp, mut req) = send.send_request(b.body(()).unwrap(), false).unwrap();
-        req.send_data(Bytes::copy_from_slice(body), true).unwrap();
+        // Without a body the HEADERS frame ends the stream: a server that answers at once (and
+        // resets the half the client left open) could otherwise beat an empty DATA frame to it.
+        let (resp, mut req) = send
+            .send_request(b.body(()).unwrap(), body.is_empty())
+            .unwrap();
+        if !body.is_empty() {
+            req.send_data(Bytes::copy_from_slice(body), true).unwrap();
+        }
         let resp = within("the response head", resp).await.unwrap();
         let (parts, body) = resp.into_parts();
         H2Resp {

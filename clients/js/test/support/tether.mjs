@@ -19,10 +19,14 @@ export const CHROMIUM_ARGS = [
   "--disable-sync",
 ];
 
-/** Starts the tether binary `bin` in demo mode on free ports; resolves with its process and address. */
-export function startTether(bin) {
+/**
+ * Starts the tether binary `bin` in demo mode on free ports, with `extra` arguments after its own
+ * (`--tls-cert`/`--tls-key` for HTTPS); resolves with its process, its proxy address and scheme
+ * (`http` or `https`, from its banner) and its admin listener's `host:port`.
+ */
+export function startTether(bin, extra = []) {
   return new Promise((resolve, reject) => {
-    const p = spawn(bin, ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s"], {
+    const p = spawn(bin, ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s", ...extra], {
       stdio: ["ignore", "pipe", "inherit"],
       env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
     });
@@ -32,10 +36,10 @@ export function startTether(bin) {
     p.on("exit", (code) => reject(new Error(`tether exited with ${code}: ${out}`)));
     p.stdout.on("data", (d) => {
       out += d;
-      const m = /tether on http:\/\/([\d.]+):(\d+)/.exec(out);
+      const m = /tether on (https?):\/\/([\d.]+):(\d+)\s+\(admin http:\/\/([\d.]+:\d+)\//.exec(out);
       if (m) {
         clearTimeout(timer);
-        resolve({ proc: p, host: m[1], port: Number(m[2]) });
+        resolve({ proc: p, scheme: m[1], host: m[2], port: Number(m[3]), admin: m[4] });
       }
     });
   });
