@@ -76,6 +76,8 @@ fn config_from_args(args: &[&str]) -> Config {
 struct SecretFile {
     secret: String,
     key: String,
+    /// The keys the volume selects (`items`); `None`: every key of the Secret.
+    items: Option<Vec<String>>,
     read_only: bool,
     /// Mounted with `subPath`: the kubelet never updates such a mount.
     sub_path: bool,
@@ -127,6 +129,7 @@ fn secret_file(pod: &Yaml, container: &Yaml, path: &str) -> SecretFile {
     SecretFile {
         secret: secret_name.to_string(),
         key,
+        items: items.map(|items| items.into_iter().map(|(k, _)| k).collect()),
         read_only: mount["readOnly"].as_bool() == Some(true),
         sub_path: !mount["subPath"].is_badvalue(),
         optional: secret["optional"].as_bool() == Some(true),
