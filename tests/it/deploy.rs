@@ -1,9 +1,11 @@
 //! Checks the files in `deploy/` against tether itself: every metric the Grafana dashboard and the
 //! Prometheus alerts name is a family tether exports, and the Kubernetes manifest, the Dockerfile
 //! and the systemd unit keep the ports, probes, annotations, non-root user, stop signal and
-//! timeouts that tether's admin endpoints and SIGTERM drain rely on. No Docker: `balancer` runs
-//! the scale-out for real, two replicas on a test-owned redis-server behind Debian's nginx with
-//! the shipped `deploy/nginx.conf` ([`nginx`]), all on loopback.
+//! timeouts that tether's admin endpoints and SIGTERM drain rely on, and the TLS files each
+//! container reads out of which Secret. No Docker: `balancer` runs the scale-out for real, two
+//! replicas on a test-owned redis-server behind Debian's nginx with the shipped
+//! `deploy/nginx.conf` ([`nginx`]), all on loopback; `scaling` runs the Kubernetes Redis's
+//! TLS-only arguments and its probe on Debian's redis-server and redis-cli.
 //!
 //! This file reads the files and holds what more than one part uses; `monitoring`,
 //! `kubernetes`, `image`, `scaling` and `balancer` hold the checks.
