@@ -109,7 +109,8 @@ pub struct Flags {
     /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
     #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
     pub auth_subject: Option<Subject>,
-    /// Shared journal, redis://HOST:PORT[/DB]: every replica serves every run [default: off].
+    /// Shared journal, redis://HOST:PORT[/DB] (rediss:// for TLS): every replica serves every
+    /// run [default: off].
     /// With --journal-cluster, one or more seed nodes separated by commas.
     #[arg(long, env = "TETHER_JOURNAL")]
     pub journal: Option<String>,

@@ -1,14 +1,21 @@
 //! The Kubernetes manifest: tether's ports, probes, security context, scrape annotations, grace
-//! period against the drain, memory limit against the recorder's cap, and the Service.
+//! period against the drain, memory limit against the recorder's cap, and the Service; in both
+//! manifests, the listener's certificate from a read-only mount of a TLS Secret and a Service
+//! that says HTTPS.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::Duration;
 
 use yaml_rust2::Yaml;
 
 use crate::deploy::{
-    config_from_args, image_entrypoint, seq, yaml_documents, ADMIN_PORT, PROXY_PORT,
+    config_from_args, image_entrypoint, secret_file, seq, yaml_documents, ADMIN_PORT, PROXY_PORT,
 };
+
+/// The manifests whose `chat` Pod runs tether in front of the backend, behind the `chat`
+/// Service.
+const MANIFESTS: [&str; 2] = ["deploy/kubernetes.yaml", "deploy/kubernetes-journal.yaml"];
 
 /// The one document of `deploy/kubernetes.yaml` of this `kind`.
 fn k8s_object(kind: &str) -> Yaml {
@@ -22,6 +29,17 @@ fn k8s_object(kind: &str) -> Yaml {
         "deploy/kubernetes.yaml: one {kind} expected"
     );
     found.remove(0)
+}
+
+/// The `chat` object of this `kind` in `file`: the Deployment of tether's Pod, or the Service
+/// in front of it.
+fn chat_object(file: &str, kind: &str) -> Yaml {
+    yaml_documents(file)
+        .into_iter()
+        .find(|d| {
+            d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some("chat")
+        })
+        .unwrap_or_else(|| panic!("{file}: no {kind} chat"))
 }
 
 fn container<'a>(pod_spec: &'a Yaml, name: &str) -> &'a Yaml {
@@ -196,36 +214,130 @@ fn the_memory_limit_leaves_room_above_the_recorder_byte_cap() {
 }
 
 #[test]
-fn the_service_exposes_only_tethers_proxy_port() {
-    let deployment = k8s_object("Deployment");
-    let template = &deployment["spec"]["template"];
-    let pod = &template["spec"];
-    let tether = container(pod, "tether");
-    let backend_ports = container_ports(container(pod, "backend"));
+fn the_service_exposes_only_tethers_proxy_port_and_says_it_is_https() {
+    for file in MANIFESTS {
+        let deployment = chat_object(file, "Deployment");
+        let template = &deployment["spec"]["template"];
+        let pod = &template["spec"];
+        let tether = container(pod, "tether");
+        let backend_ports = container_ports(container(pod, "backend"));
 
-    let service = k8s_object("Service");
-    let selector = service["spec"]["selector"]
-        .as_hash()
-        .expect("the Service has a selector");
-    assert!(!selector.is_empty());
-    for (k, v) in selector {
-        assert_eq!(
-            &template["metadata"]["labels"][k.as_str().expect("a label name")],
-            v,
-            "the Service selector {k:?} does not match the Pod's labels"
-        );
+        let service = chat_object(file, "Service");
+        let selector = service["spec"]["selector"]
+            .as_hash()
+            .expect("the Service has a selector");
+        assert!(!selector.is_empty());
+        for (k, v) in selector {
+            assert_eq!(
+                &template["metadata"]["labels"][k.as_str().expect("a label name")],
+                v,
+                "{file}: the Service selector {k:?} does not match the Pod's labels"
+            );
+        }
+        let ports = seq(&service["spec"]["ports"]);
+        assert!(!ports.is_empty(), "{file}: the Service has no port");
+        for p in ports {
+            // targetPort defaults to port.
+            let target = if p["targetPort"].is_badvalue() {
+                &p["port"]
+            } else {
+                &p["targetPort"]
+            };
+            let target = resolve_port(tether, target);
+            assert_eq!(
+                target,
+                Some(PROXY_PORT),
+                "{file}: Service port {:?}",
+                p["port"]
+            );
+            assert!(!target.is_some_and(|t| backend_ports.contains(&t)));
+            // The listener serves TLS (TETHER_TLS_CERT): a plain-HTTP port would be a lie to
+            // whatever connects (an ingress picks its backend protocol from it).
+            assert_eq!(
+                p["appProtocol"].as_str(),
+                Some("https"),
+                "{file}: Service port {:?} leads to the HTTPS listener",
+                p["port"]
+            );
+            assert_eq!(p["port"].as_i64(), Some(443), "{file}: HTTPS on 443");
+        }
     }
-    let ports = seq(&service["spec"]["ports"]);
-    assert!(!ports.is_empty(), "the Service has no port");
-    for p in ports {
-        // targetPort defaults to port.
-        let target = if p["targetPort"].is_badvalue() {
-            &p["port"]
-        } else {
-            &p["targetPort"]
+}
+
+#[test]
+fn the_listener_serves_https_from_a_read_only_mount_of_a_tls_secret() {
+    for file in MANIFESTS {
+        let deployment = chat_object(file, "Deployment");
+        let pod = &deployment["spec"]["template"]["spec"];
+        let tether = container(pod, "tether");
+        let env = |name: &str| {
+            env_value(tether, name).unwrap_or_else(|| panic!("{file}: tether has no {name}"))
         };
-        let target = resolve_port(tether, target);
-        assert_eq!(target, Some(PROXY_PORT), "Service port {:?}", p["port"]);
-        assert!(!target.is_some_and(|t| backend_ports.contains(&t)));
+        let (cert, key) = (env("TETHER_TLS_CERT"), env("TETHER_TLS_KEY"));
+
+        // tether runs with them: HTTPS on the entrypoint's proxy port.
+        let argv = image_entrypoint();
+        let mut args: Vec<&str> = argv[1..].iter().map(String::as_str).collect();
+        args.extend(["--tls-cert", cert, "--tls-key", key]);
+        let cfg = config_from_args(&args);
+        assert_eq!(cfg.server.tls_cert.as_deref(), Some(Path::new(cert)));
+        assert_eq!(cfg.server.tls_key.as_deref(), Some(Path::new(key)));
+        assert_eq!(i64::from(cfg.listen.port()), PROXY_PORT);
+
+        let cert_file = secret_file(pod, tether, cert);
+        let key_file = secret_file(pod, tether, key);
+        for (f, want, path) in [(&cert_file, "tls.crt", cert), (&key_file, "tls.key", key)] {
+            assert_eq!(
+                f.key, want,
+                "{file}: {path} must be the {want} of a kubernetes.io/tls Secret (what \
+                 cert-manager and `kubectl create secret tls` write)"
+            );
+            assert!(f.read_only, "{file}: {path} must be mounted read-only");
+            assert!(
+                !f.sub_path,
+                "{file}: {path} is mounted with subPath, which a renewed Secret never reaches: \
+                 SIGHUP would read the old certificate again"
+            );
+            assert!(
+                !f.optional,
+                "{file}: without the Secret tether would exit at start; let the Pod wait for it"
+            );
+        }
+        assert_eq!(
+            cert_file.secret, key_file.secret,
+            "{file}: the certificate and its key come from one Secret (the kubelet swaps its \
+             files together)"
+        );
+
+        // The private key is tether's alone: no other container mounts that Secret.
+        let volumes: Vec<&str> = seq(&pod["volumes"])
+            .iter()
+            .filter(|v| v["secret"]["secretName"].as_str() == Some(cert_file.secret.as_str()))
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        for c in seq(&pod["containers"]) {
+            if c["name"].as_str() == Some("tether") {
+                continue;
+            }
+            for m in seq(&c["volumeMounts"]) {
+                assert!(
+                    !m["name"].as_str().is_some_and(|n| volumes.contains(&n)),
+                    "{file}: container {:?} mounts the listener's Secret {}",
+                    c["name"],
+                    cert_file.secret
+                );
+            }
+        }
+
+        // The admin listener stays plain: the kubelet probes it over HTTP.
+        for probe in ["livenessProbe", "readinessProbe"] {
+            let get = &tether[probe]["httpGet"];
+            assert_eq!(resolve_port(tether, &get["port"]), Some(ADMIN_PORT));
+            assert_eq!(
+                get["scheme"].as_str().unwrap_or("HTTP"),
+                "HTTP",
+                "{file}: tether {probe} is on the plain admin port"
+            );
+        }
     }
 }

@@ -1,14 +1,22 @@
 //! The scale-out files: `deploy/compose.yaml` (two replicas, Redis, nginx), `deploy/nginx.conf`
 //! and `deploy/kubernetes-journal.yaml`. Every replica's arguments configure tether with the
 //! journal on the Redis the file runs, distinct replica ids and one shared secret; Redis runs
-//! with `noeviction` and no persistence; the balancer has no affinity.
+//! with `noeviction` and no persistence; the balancer has no affinity. In Kubernetes the journal
+//! is `rediss://`, verified against a CA mounted from Redis's Secret, and Redis serves TLS only,
+//! probed over TLS: checked in the YAML, and by running Debian's redis-server with the
+//! manifest's arguments and redis-cli with its probe (certificates of the test's own).
 
 use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use yaml_rust2::Yaml;
 
-use crate::deploy::{config_from_args, image_entrypoint, read, seq, yaml_documents};
-use crate::support::Config;
+use crate::deploy::{config_from_args, image_entrypoint, read, secret_file, seq, yaml_documents};
+use crate::support::{Config, TestCa, LIMIT};
 
 fn strings(y: &Yaml) -> Vec<String> {
     seq(y)
@@ -148,9 +156,10 @@ fn the_kubernetes_journal_variant_shares_redis_a_secret_and_no_affinity() {
     ]);
     assert!(cfg.journal.is_some());
     let (host, port) = url
-        .strip_prefix("redis://")
+        .strip_prefix("rediss://")
+        .or_else(|| url.strip_prefix("redis://"))
         .and_then(|h| h.split_once(':'))
-        .expect("redis://HOST:PORT");
+        .expect("redis[s]://HOST:PORT");
     let svc = object(&docs, "Service", host);
     assert!(seq(&svc["spec"]["ports"]).iter().any(|p| p["port"]
         .as_i64()
@@ -188,5 +197,295 @@ fn the_kubernetes_journal_variant_shares_redis_a_secret_and_no_affinity() {
             None | Some("None")
         ),
         "no affinity: any replica serves any attach"
+    );
+}
+
+/// The value after `flag` in `args`.
+fn arg_after<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+/// The journal variant's two Deployments: `chat` (tether's Pod) and `redis`.
+struct JournalPods {
+    chat: Yaml,
+    redis: Yaml,
+}
+
+impl JournalPods {
+    fn load() -> Self {
+        let docs = yaml_documents("deploy/kubernetes-journal.yaml");
+        JournalPods {
+            chat: object(&docs, "Deployment", "chat").clone(),
+            redis: object(&docs, "Deployment", "redis").clone(),
+        }
+    }
+
+    fn chat_pod(&self) -> &Yaml {
+        &self.chat["spec"]["template"]["spec"]
+    }
+
+    fn tether(&self) -> &Yaml {
+        seq(&self.chat_pod()["containers"])
+            .iter()
+            .find(|c| c["name"].as_str() == Some("tether"))
+            .expect("a tether container")
+    }
+
+    fn redis_pod(&self) -> &Yaml {
+        &self.redis["spec"]["template"]["spec"]
+    }
+
+    fn redis(&self) -> &Yaml {
+        &self.redis_pod()["containers"][0]
+    }
+
+    fn redis_args(&self) -> Vec<String> {
+        strings(&self.redis()["args"])
+    }
+
+    fn probe(&self) -> Vec<String> {
+        strings(&self.redis()["readinessProbe"]["exec"]["command"])
+    }
+}
+
+#[test]
+fn the_kubernetes_journal_is_rediss_verified_by_the_ca_of_redis_s_own_secret() {
+    let k8s = JournalPods::load();
+    let tether = k8s.tether();
+    let url = env(tether, "TETHER_JOURNAL")["value"]
+        .as_str()
+        .expect("TETHER_JOURNAL");
+    let ca = env(tether, "TETHER_JOURNAL_CA")["value"]
+        .as_str()
+        .expect("TETHER_JOURNAL_CA is a path");
+    assert!(
+        url.starts_with("rediss://"),
+        "the journal speaks TLS: {url}"
+    );
+    let cfg = replica_config(&[
+        "--journal".into(),
+        url.into(),
+        "--journal-ca".into(),
+        ca.into(),
+        "--replica-id".into(),
+        "p".into(),
+    ]);
+    let tls = cfg.journal.and_then(|j| j.tls).expect("a TLS journal");
+    assert_eq!(tls.ca.as_deref(), Some(Path::new(ca)));
+
+    // The CA is the ca.crt of the Secret Redis's certificate comes from: the CA that issued it.
+    let ca_file = secret_file(k8s.chat_pod(), tether, ca);
+    assert!(ca_file.read_only, "{ca}: mounted read-only");
+    assert_eq!(
+        ca_file.key, "ca.crt",
+        "{ca}: the issuing CA of a TLS Secret"
+    );
+    let args = k8s.redis_args();
+    let served = |flag: &str| {
+        let path = arg_after(&args, flag).unwrap_or_else(|| panic!("Redis has no {flag}"));
+        let f = secret_file(k8s.redis_pod(), k8s.redis(), path);
+        assert!(f.read_only, "Redis's {flag} {path}: mounted read-only");
+        f
+    };
+    let redis_cert = served("--tls-cert-file");
+    assert_eq!(
+        (redis_cert.secret.as_str(), redis_cert.key.as_str()),
+        (ca_file.secret.as_str(), "tls.crt"),
+        "tether verifies Redis with the CA of the Secret Redis's certificate is in"
+    );
+    let redis_key = served("--tls-key-file");
+    assert_eq!(
+        (redis_key.secret.as_str(), redis_key.key.as_str()),
+        (redis_cert.secret.as_str(), "tls.key")
+    );
+    assert_eq!(served("--tls-ca-cert-file").key, "ca.crt");
+    // tether's Pods get that one key, never Redis's private key.
+    assert_eq!(
+        ca_file.items.as_deref(),
+        Some(&["ca.crt".to_string()][..]),
+        "the chat Pods mount only ca.crt out of {}",
+        ca_file.secret
+    );
+
+    // Redis's default is to require a client certificate, which tether then has to present.
+    if matches!(arg_after(&args, "--tls-auth-clients"), None | Some("yes")) {
+        for name in ["TETHER_JOURNAL_CERT", "TETHER_JOURNAL_KEY"] {
+            assert!(
+                seq(&tether["env"])
+                    .iter()
+                    .any(|e| e["name"].as_str() == Some(name)),
+                "Redis requires a client certificate (--tls-auth-clients yes, its default): \
+                 tether needs {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_kubernetes_journal_redis_serves_tls_only_and_is_probed_over_tls() {
+    let k8s = JournalPods::load();
+    let url = env(k8s.tether(), "TETHER_JOURNAL")["value"]
+        .as_str()
+        .expect("TETHER_JOURNAL");
+    let url_port: i64 = url
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .expect("TETHER_JOURNAL has a port");
+    let args = k8s.redis_args();
+    assert_eq!(
+        arg_after(&args, "--port"),
+        Some("0"),
+        "Redis's plain port is closed"
+    );
+    let tls_port: i64 = arg_after(&args, "--tls-port")
+        .and_then(|p| p.parse().ok())
+        .expect("Redis serves --tls-port");
+    assert_eq!(tls_port, url_port, "tether connects to Redis's TLS port");
+    let declared: Vec<i64> = seq(&k8s.redis()["ports"])
+        .iter()
+        .filter_map(|p| p["containerPort"].as_i64())
+        .collect();
+    assert_eq!(
+        declared,
+        [tls_port],
+        "the container declares the TLS port only"
+    );
+    let docs = yaml_documents("deploy/kubernetes-journal.yaml");
+    for p in seq(&object(&docs, "Service", "redis")["spec"]["ports"]) {
+        let target = if p["targetPort"].is_badvalue() {
+            &p["port"]
+        } else {
+            &p["targetPort"]
+        };
+        assert_eq!(target.as_i64(), Some(tls_port), "the redis Service's ports");
+    }
+
+    let probe = k8s.probe();
+    assert_eq!(probe.first().map(String::as_str), Some("redis-cli"));
+    assert_eq!(probe.last().map(String::as_str), Some("ping"));
+    assert!(
+        probe.iter().any(|a| a == "--tls"),
+        "the probe speaks TLS: {probe:?}"
+    );
+    assert_eq!(
+        arg_after(&probe, "-p").and_then(|p| p.parse().ok()),
+        Some(tls_port),
+        "the probe asks the TLS port (the default 6379 is closed)"
+    );
+    let cacert = arg_after(&probe, "--cacert").expect("the probe verifies Redis: --cacert");
+    assert_eq!(
+        secret_file(k8s.redis_pod(), k8s.redis(), cacert).key,
+        "ca.crt",
+        "the probe's --cacert is the mounted CA"
+    );
+}
+
+/// A process of the test's own, killed (by its PID) and reaped when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_kubernetes_journal_redis_arguments_and_probe_run_on_a_real_redis_over_tls() {
+    let k8s = JournalPods::load();
+    // Never a plain Redis on the default port, which another Redis of this host may hold.
+    let args = k8s.redis_args();
+    assert_eq!(
+        arg_after(&args, "--port"),
+        Some("0"),
+        "Redis's plain port is closed"
+    );
+    assert!(
+        arg_after(&args, "--tls-port").is_some(),
+        "Redis serves --tls-port"
+    );
+    let ca = TestCa::new("k8s-journal");
+    let cert = ca.issue("redis", &["redis", "localhost"]);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+        .to_string();
+    // The manifest's arguments with the port made free and every mounted file replaced by the
+    // test's file for that Secret key; nothing else changed.
+    let local = |pod: &Yaml, container: &Yaml, args: &[String]| -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for a in args {
+            let after_port = out.last().is_some_and(|p| p == "--tls-port" || p == "-p");
+            out.push(if after_port {
+                port.clone()
+            } else if a.starts_with('/') {
+                let file: &PathBuf = match secret_file(pod, container, a).key.as_str() {
+                    "tls.crt" => &cert.cert_pem,
+                    "tls.key" => &cert.key_pem,
+                    "ca.crt" => &ca.pem,
+                    other => panic!("{a}: key {other} of no TLS Secret"),
+                };
+                file.display().to_string()
+            } else {
+                a.clone()
+            });
+        }
+        out
+    };
+    let server_args = local(k8s.redis_pod(), k8s.redis(), &args);
+    let _redis = Killed(
+        Command::new("redis-server")
+            .args(["--bind", "127.0.0.1"])
+            .args(&server_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (scripts/test.sh installs it)"),
+    );
+    let probe = local(k8s.redis_pod(), k8s.redis(), &k8s.probe());
+    let cli = |args: &[String]| {
+        let out = Command::new(&args[0])
+            .args(&args[1..])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli is installed (with redis-server)");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        )
+    };
+    // The kubelet's view: the probe passes once Redis is up.
+    const PAUSE: Duration = Duration::from_millis(50);
+    let mut tries = 0;
+    loop {
+        let (ok, out) = cli(&probe);
+        if ok && out == "PONG" {
+            break;
+        }
+        tries += 1;
+        assert!(
+            PAUSE * tries < LIMIT,
+            "the probe {probe:?} never passed against redis-server {server_args:?}: {out}"
+        );
+        std::thread::sleep(PAUSE);
+    }
+    // No plain port, and the TLS port answers no plain PING.
+    let mut config_get = probe[..probe.len() - 1].to_vec();
+    config_get.extend(["CONFIG".into(), "GET".into(), "port".into()]);
+    assert_eq!(cli(&config_get), (true, "port\n0".to_string()));
+    let mut plain = TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let _ = plain.write_all(b"PING\r\n");
+    let mut buf = Vec::new();
+    let _ = plain.read_to_end(&mut buf);
+    assert!(
+        !buf.starts_with(b"+PONG"),
+        "the TLS port answered a plain PING"
     );
 }
