@@ -33,7 +33,7 @@ pub use https::{https1, tls_connect, H2Resp, H2};
 pub use redis::{JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};
-pub use tls::{toml_path, Issued, TestCa, TlsFront, TlsRedis};
+pub use tls::{toml_path, Issued, TestCa, TlsFront, TlsRedis, TlsRedisCluster};
 
 pub use tether::config::{parse_file, Config, Flags};
 pub use tether::metrics::Metrics;

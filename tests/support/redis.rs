@@ -149,6 +149,11 @@ impl RedisCluster {
     /// waits until every node reports `cluster_state:ok` (a master reports it about two seconds
     /// after its start, once it knows every slot is served).
     pub fn start() -> Self {
+        Self::start_with(Vec::new)
+    }
+
+    /// As [`Self::start`], each node also given `extra()`'s arguments (TLS ports and files).
+    pub fn start_with(extra: impl Fn() -> Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!(
             "tether-cluster-{}-{}",
             std::process::id(),
@@ -167,7 +172,9 @@ impl RedisCluster {
                     "--cluster-port",
                     &free_port().to_string(),
                 ];
-                RedisServer::with_args(port, args.iter().map(|a| a.to_string()).collect())
+                let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                args.extend(extra());
+                RedisServer::with_args(port, args)
             })
             .collect();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];

@@ -264,3 +264,69 @@ impl super::JournalRedis for TlsRedis {
         self.server.first_port()
     }
 }
+
+/// A Redis Cluster of three masters serving TLS (`--tls-port`, the cluster bus over TLS too,
+/// `--tls-cluster yes`), each node with `cert` issued by `ca`; the replicas journal to the
+/// `rediss://` seeds trusting `ca`. The plain ports stay for the test's own look inside.
+pub struct TlsRedisCluster {
+    /// The cluster (its nodes' plain ports).
+    pub cluster: super::RedisCluster,
+    toml: String,
+}
+
+impl TlsRedisCluster {
+    /// Starts the three nodes; `cert` must name `127.0.0.1`, the address the nodes announce.
+    pub fn start(ca: &TestCa, cert: &Issued) -> Self {
+        let ports = std::sync::Mutex::new(Vec::new());
+        let cluster = super::RedisCluster::start_with(|| {
+            let tls_port = super::redis::free_port();
+            ports.lock().unwrap().push(tls_port);
+            [
+                "--tls-port",
+                &tls_port.to_string(),
+                "--tls-cluster",
+                "yes",
+                "--tls-cert-file",
+                &toml_path(&cert.cert_pem),
+                "--tls-key-file",
+                &toml_path(&cert.key_pem),
+                "--tls-ca-cert-file",
+                &toml_path(&ca.pem),
+                "--tls-auth-clients",
+                "no",
+            ]
+            .map(str::to_string)
+            .to_vec()
+        });
+        let seeds: Vec<String> = ports
+            .into_inner()
+            .unwrap()
+            .iter()
+            .map(|p| format!("rediss://127.0.0.1:{p}"))
+            .collect();
+        let toml = format!(
+            "cluster = true\nurl = \"{}\"\nca = \"{}\"\n",
+            seeds.join(","),
+            toml_path(&ca.pem)
+        );
+        TlsRedisCluster { cluster, toml }
+    }
+}
+
+impl super::JournalRedis for TlsRedisCluster {
+    fn journal_toml(&self) -> String {
+        self.toml.clone()
+    }
+
+    fn keys(&self, pattern: &str) -> Vec<String> {
+        self.cluster.keys(pattern)
+    }
+
+    fn channels(&self, pattern: &str) -> Vec<String> {
+        self.cluster.channels(pattern)
+    }
+
+    fn first_port(&self) -> u16 {
+        self.cluster.first_port()
+    }
+}

@@ -1,6 +1,7 @@
 //! A journal over TLS: Debian's redis-server with `--tls-port` and certificates the test made,
 //! the replicas on `rediss://localhost:<port>` trusting the test CA. The attach-mid-run
-//! scenario runs unchanged over it (with and without a client certificate Redis requires), and
+//! scenario runs unchanged over it (with and without a client certificate Redis requires, and
+//! on a three-node Redis Cluster whose replicas and bus speak TLS), and
 //! a replica trusting another CA never gets the journal ready.
 
 use super::attach_mid_run;
@@ -11,6 +12,13 @@ async fn attach_on_the_other_replica_mid_run_works_over_a_tls_journal() {
     let ca = TestCa::new("redis");
     let cert = ca.issue("redis", &["localhost"]);
     attach_mid_run(&TlsRedis::start(&ca, &cert, &ca, None)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_on_the_other_replica_mid_run_works_over_a_tls_redis_cluster() {
+    let ca = TestCa::new("redis-cluster");
+    let cert = ca.issue("redis-node", &["127.0.0.1", "localhost"]);
+    attach_mid_run(&TlsRedisCluster::start(&ca, &cert)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
