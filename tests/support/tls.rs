@@ -277,10 +277,10 @@ pub struct TlsRedisCluster {
 impl TlsRedisCluster {
     /// Starts the three nodes; `cert` must name `127.0.0.1`, the address the nodes announce.
     pub fn start(ca: &TestCa, cert: &Issued) -> Self {
-        let ports = std::sync::Mutex::new(Vec::new());
+        let ports = std::cell::RefCell::new(Vec::new());
         let cluster = super::RedisCluster::start_with(|| {
             let tls_port = super::redis::free_port();
-            ports.lock().unwrap().push(tls_port);
+            ports.borrow_mut().push(tls_port);
             [
                 "--tls-port",
                 &tls_port.to_string(),
@@ -300,7 +300,6 @@ impl TlsRedisCluster {
         });
         let seeds: Vec<String> = ports
             .into_inner()
-            .unwrap()
             .iter()
             .map(|p| format!("rediss://127.0.0.1:{p}"))
             .collect();
