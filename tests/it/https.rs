@@ -618,3 +618,31 @@ async fn a_curl_killed_mid_stream_over_http2_leaves_the_producer_going() {
     );
     assert_eq!(be.requests.lock().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_dialect_answers_over_http2() {
+    let events = turn(4);
+    let be = turn_backend(events.clone(), None).await;
+    let ca = TestCa::new("h2-resume");
+    let server = ca.issue("listener", &["localhost"]);
+    let routes = "[[routes]]\nmethods = [\"POST\"]\npath = \"/chat\"\nkind = \"record\"\n\
+                  [[routes]]\nmethods = [\"GET\"]\npath = \"/chat/{id}/stream\"\nkind = \"resume\"\n\
+                  dialect = \"from_start\"\nchat_id = \"path:id\"\ncompleted = \"replay\"\n";
+    let tether = https_tether(be.addr, &server, routes).await;
+    let mut c = H2::connect(tether.addr, &ca).await;
+    let mut rec = c.post("/chat", &chat("c")).await;
+    assert_eq!(
+        rec.frames_to_end().await.last().unwrap().json["persisted"],
+        json!(true)
+    );
+    // The AG-UI client's reconnect: the turn replayed in its own frames.
+    let mut again = c.request("GET", "/chat/c/stream", &[], b"").await;
+    assert_eq!(again.status, 200);
+    let body = again.body_to_end().await;
+    let replayed: Vec<serde_json::Value> = String::from_utf8_lossy(&body)
+        .split("\n\n")
+        .filter_map(|b| b.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(Reduced::of(&replayed), Reduced::of(&events));
+}
