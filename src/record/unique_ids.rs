@@ -18,8 +18,8 @@
 //! Every id relayed is unique in the run: a suffixed id that is already taken (an upstream that
 //! itself sent `5-0~3` before) takes the suffix again, and an upstream id that equals an id
 //! already relayed, suffixed or not, is itself a repeat. The ids relayed are remembered as 64-bit
-//! hashes (8 bytes each, for the run's life): a hash collision can only make a frame's id
-//! rewritten that did not need it, never two frames share one.
+//! hashes (one set entry each, while the run's upstream is read): a hash collision can only make
+//! a frame's id rewritten that did not need it, never two frames share one.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
