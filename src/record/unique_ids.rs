@@ -236,6 +236,48 @@ mod tests {
     }
 
     #[test]
+    fn a_relayed_stream_decodes_as_the_upstreams_with_the_relayed_ids() {
+        use crate::record::sse::{Decoded, Decoder};
+        let upstream = "id: 1\nevent: a\ndata: x\n\nid: 1\ndata: y\ndata: z\n\n\
+                        event: b\ndata: w\n\nid: 2\ndata: v\n\nid\ndata: u\n\nid: 2\ndata: t\n\n";
+        let decode = |bytes: &[u8], raw: bool| {
+            let mut d = Decoder::new(1 << 10);
+            if raw {
+                d = d.keep_raw();
+            }
+            let mut out = Vec::new();
+            d.feed(&Bytes::copy_from_slice(bytes), &mut out);
+            let raws: Vec<Bytes> = d.take_raw().map(|r| r.bytes).collect();
+            let events: Vec<_> = out
+                .into_iter()
+                .map(|e| match e {
+                    Decoded::Event(e) => e,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            (events, raws)
+        };
+        let (events, raws) = decode(upstream.as_bytes(), true);
+        let mut u = UniqueIds::new();
+        let mut relayed = Vec::new();
+        let mut ids = Vec::new();
+        for (e, raw) in events.iter().zip(raws) {
+            let (b, id) = u.relay(raw, e.id.clone());
+            relayed.extend_from_slice(&b);
+            ids.push(id);
+        }
+        let (again, _) = decode(&relayed, false);
+        assert_eq!(again.len(), events.len());
+        for ((a, e), id) in again.iter().zip(&events).zip(&ids) {
+            assert_eq!((&a.event, &a.data), (&e.event, &e.data));
+            assert_eq!(&a.id, id, "a client holds the id tether relayed");
+        }
+        let got: Vec<_> = ids.iter().map(|i| i.as_deref()).collect();
+        let b = |s: &'static str| Some(s.as_bytes());
+        assert_eq!(got, [b("1"), b("1~1"), b("1~2"), b("2"), None, b("2~5")]);
+    }
+
+    #[test]
     fn the_last_id_line_that_sets_an_id_is_the_one_replaced() {
         let nul = "id: a\nid: b\0\ndata: 1\n\n";
         let out = relay_all(&[("id: a\ndata: 0\n\n", Some("a")), (nul, Some("a"))]);
