@@ -1,7 +1,8 @@
 //! `last_event_id` (EventSource, fetch-event-source, the LangGraph SDK): the cursor is an SSE
 //! event id the client saw (`Last-Event-ID`); the replay is the raw frames after the frame with
 //! that id. `-1` or no id is the whole turn. Ids tether injected (`<run_id>:<index>`) name their
-//! frame directly.
+//! frame directly; ids it made unique (`<id>~<index>`, `ids = "unique"`) are found as relayed,
+//! like any other.
 
 use super::{at_end, expired, Plan, Refusal, Verbatim};
 use crate::config::{DialectKind, Expired};
