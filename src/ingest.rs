@@ -13,6 +13,7 @@ use crate::journal::raw::Frame;
 use crate::metrics::RunOutcome;
 use crate::record::format::{detect_from_event, Event, Format, FormatKind};
 use crate::record::sse::{Decoded, Decoder};
+use crate::record::unique_ids::UniqueIds;
 use crate::vocab::end::{End, EndReason};
 
 /// Events searched for `event:` aliases before giving up on the ones not found.
@@ -63,6 +64,8 @@ pub struct Ingest {
     /// Raw frames are kept: the cursor field each frame is indexed by.
     raw: Option<Option<String>>,
     raw_out: Vec<Frame>,
+    /// Raw frames get ids unique in the run (`ids = "unique"`).
+    unique: Option<UniqueIds>,
     /// `event:` alias pointers not found yet.
     alias_pointers: Vec<String>,
     aliases_found: Vec<String>,
@@ -89,6 +92,7 @@ impl Ingest {
             bytes: 0,
             raw: None,
             raw_out: Vec::new(),
+            unique: None,
             alias_pointers: Vec::new(),
             aliases_found: Vec::new(),
             held: None,
@@ -108,6 +112,13 @@ impl Ingest {
     pub fn keep_raw(mut self, cursor_field: Option<String>) -> Self {
         self.decoder = std::mem::replace(&mut self.decoder, Decoder::new(1)).keep_raw();
         self.raw = Some(cursor_field);
+        self
+    }
+
+    /// With [`Self::keep_raw`]: each raw frame's id is made unique in the run (see
+    /// [`crate::record::unique_ids`]), in its bytes and in the id it is found by.
+    pub fn unique_ids(mut self) -> Self {
+        self.unique = Some(UniqueIds::new());
         self
     }
 
@@ -147,9 +158,13 @@ impl Ingest {
             match d {
                 Decoded::Event(e) => {
                     if let (Some(field), Some(r)) = (&self.raw, raws.next()) {
+                        let (bytes, id) = match &mut self.unique {
+                            Some(u) => u.relay(r.bytes, e.id.clone()),
+                            None => (r.bytes, e.id.clone()),
+                        };
                         self.raw_out.push(Frame {
-                            bytes: r.bytes,
-                            id: e.id.clone(),
+                            bytes,
+                            id,
                             cursor: field.as_deref().and_then(|f| int_at(&e.data, f)),
                             named: r.named,
                         });

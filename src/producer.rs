@@ -109,6 +109,8 @@ pub struct Rules {
     pub max_event: usize,
     /// Keep the raw record, with these settings.
     pub raw: Option<RawRecord>,
+    /// Make the raw frames' ids unique in the run (`ids = "unique"`).
+    pub unique_ids: bool,
     /// The record route's aliases.
     pub aliases: Vec<Alias>,
     /// Values of the route's `request:` aliases, read from the request.
@@ -196,6 +198,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         commit,
         max_event,
         raw,
+        unique_ids,
         aliases,
         request_aliases,
         keys,
@@ -246,6 +249,9 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         .with_budget(&budget);
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
+        if unique_ids {
+            ingest = ingest.unique_ids();
+        }
     }
     // The idle limit is a per-stream tokio timer (see `stall`).
     let limits = ReadLimits {

@@ -1,7 +1,9 @@
 //! Recording, pure: the incremental SSE decoder ([`sse`]), the stream formats that classify each
-//! event ([`format`](mod@format)), the compacted history ([`compact`]) and JSON string writing ([`json`]).
+//! event ([`format`](mod@format)), the compacted history ([`compact`]), JSON string writing
+//! ([`json`]) and event ids made unique in a run ([`unique_ids`]).
 
 pub mod compact;
 pub mod format;
 pub mod json;
 pub mod sse;
+pub mod unique_ids;

@@ -68,6 +68,9 @@ pub enum Ids {
     Upstream,
     /// An `id: <run_id>:<index>` line added to each relayed frame.
     Inject,
+    /// The upstream's ids, made unique in the run: a frame whose id repeats one already relayed
+    /// gets `<id>~<frame index>` (see [`crate::record::unique_ids`]).
+    Unique,
 }
 
 /// `answer` on stop and status routes: the shape of the reply.

@@ -57,7 +57,7 @@ pub struct Route {
     pub run: Vec<KeySource>,
     /// Record routes: the run's aliases.
     pub aliases: Vec<Alias>,
-    /// Record routes: relay ids unchanged or inject them.
+    /// Record routes: relay ids unchanged, inject them, or make them unique in the run.
     pub ids: Ids,
     /// Record routes: the header whose value makes a request a `last_event_id` resume.
     pub resume_on: Option<KeySource>,

@@ -99,7 +99,7 @@ pub struct RouteConf {
     /// Record routes: `event:<pointer>`, `request:<source>` or `header:<Name>`.
     #[serde(default)]
     pub aliases: Vec<String>,
-    /// Record routes: `upstream` or `inject`.
+    /// Record routes: `upstream`, `inject` or `unique`.
     #[serde(default)]
     pub ids: Ids,
     /// Record routes: `header:Last-Event-ID` serves a resume instead of a new turn.

@@ -411,9 +411,12 @@ fn dialect_mistakes_name_their_key() {
         routes_err(&resume("dialect = \"last_event_id\"\nonly_if = \"stream\"")).key,
         "routes[0].only_if"
     );
-    let record =
-        "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"inject\"\n";
-    assert_eq!(routes_err(record).key, "routes[0].ids");
+    for ids in ["inject", "unique"] {
+        let record = format!(
+            "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"{ids}\"\n"
+        );
+        assert_eq!(routes_err(&record).key, "routes[0].ids");
+    }
     let alias = "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"record\"\naliases = [\"body\"]\n";
     assert_eq!(routes_err(alias).key, "routes[0].aliases");
 }
@@ -442,6 +445,18 @@ fn every_profile_parses_and_validates() {
             "workflows.toml"
         ]
     );
+}
+
+#[test]
+fn the_langgraph_profile_makes_its_ids_unique_and_so_keeps_the_raw_record() {
+    let text = include_str!("../../conf/profiles/langgraph.toml");
+    let c = parse_file(text).unwrap().validate().unwrap();
+    assert_eq!(c.routes[0].ids, Ids::Unique);
+    // Unique ids alone keep the raw record: the requester reads it.
+    let only =
+        "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"record\"\nids = \"unique\"\n";
+    let c = parse_file(only).unwrap().validate().unwrap();
+    assert!(c.raw.is_some());
 }
 
 #[test]

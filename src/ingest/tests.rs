@@ -307,3 +307,45 @@ fn a_body_that_ends_with_the_connection_ends_cleanly_only_after_its_terminal_eve
         assert!(i.verdict(i.at_close()).persisted, "{commit:?}");
     }
 }
+
+#[test]
+fn unique_ids_make_every_frame_of_a_burst_of_one_id_its_own_resume_point() {
+    use crate::journal::raw::{RawLog, Seek};
+    // LangGraph's in-memory runtime: `<ms>-0`, shared by every event of one millisecond; CRLF
+    // and a read that ends mid-frame.
+    let mut i = ingest(Commit::CleanEnd).keep_raw(None).unique_ids();
+    let one =
+        |id: &str, n: u32| format!("id: {id}\r\nevent: messages\r\ndata: {{\"n\":{n}}}\r\n\r\n");
+    let mut body = one("1760-0", 0);
+    (1..5).for_each(|n| body.push_str(&one("1761-0", n)));
+    body.push_str(&one("1762-0", 5));
+    let (a, b) = body.split_at(body.len() / 2);
+    let mut log = RawLog::new(1 << 20);
+    let mut batch = Vec::new();
+    for part in [a, b] {
+        i.feed(&Bytes::copy_from_slice(part.as_bytes()), &mut batch);
+        i.take_raw().into_iter().for_each(|f| log.push(f));
+    }
+    let frames = log.read(0, 10);
+    let id_of = |b: &[u8]| {
+        let s = std::str::from_utf8(b).unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix("id: "))
+            .unwrap()
+            .to_string()
+    };
+    let got: Vec<String> = frames.iter().map(|(_, b)| id_of(b)).collect();
+    assert_eq!(
+        got,
+        ["1760-0", "1761-0", "1761-0~2", "1761-0~3", "1761-0~4", "1762-0"]
+    );
+    // The upstream's unique ids are its own bytes (line endings normalized).
+    assert_eq!(
+        &frames[5].1[..],
+        b"id: 1762-0\nevent: messages\ndata: {\"n\":5}\n\n"
+    );
+    // Each id, plain or suffixed, resumes right after its own frame.
+    for (n, id) in got.iter().enumerate() {
+        assert_eq!(log.seek_id(id.as_bytes()), Seek::From(n as u64 + 1), "{id}");
+    }
+}

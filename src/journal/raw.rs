@@ -10,7 +10,8 @@ use bytes::Bytes;
 pub struct Frame {
     /// The frame's own bytes (`event`/`id`/`data` lines and the blank line).
     pub bytes: Bytes,
-    /// The SSE event id in force at the frame (`id:` of this or an earlier frame).
+    /// The SSE event id in force at the frame (`id:` of this or an earlier frame), as relayed
+    /// (made unique in the run with `ids = "unique"`).
     pub id: Option<Bytes>,
     /// The integer at the configured cursor field of the frame's JSON, if any.
     pub cursor: Option<i64>,

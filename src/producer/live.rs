@@ -165,6 +165,7 @@ mod tests {
             window: 16,
             max_event: 1 << 16,
             raw: None,
+            unique_ids: false,
             aliases,
             request_aliases,
             keys: Vec::new(),

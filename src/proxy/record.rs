@@ -270,8 +270,9 @@ impl Sidecar {
         } = turn;
         let s = &self.shared;
         let owner = pending.owner();
-        // Injected ids: the requester reads the raw record (ids added), not the upstream bytes.
-        let inject = legacy && route.ids == Ids::Inject && s.cfg.raw.is_some();
+        // Injected or unique ids: the requester reads the raw record (its ids added or made
+        // unique), not the upstream bytes.
+        let from_raw = legacy && route.ids != Ids::Upstream && s.cfg.raw.is_some();
         let max = s.cfg.upstream_opts.max_run_duration.0;
         let head = producer::spawn(
             &s.producers,
@@ -291,6 +292,7 @@ impl Sidecar {
                     window: s.cfg.recorder.window,
                     max_event: s.cfg.recorder.max_event_bytes,
                     raw: s.cfg.raw.clone(),
+                    unique_ids: route.ids == Ids::Unique,
                     aliases: route.aliases.clone(),
                     request_aliases,
                     keys,
@@ -298,7 +300,7 @@ impl Sidecar {
                 },
                 budget: s.budget.clone(),
                 max_duration: (!max.is_zero()).then_some(max),
-                legacy: (legacy && !inject).then_some(s.cfg.limits.max_client_buffer_bytes),
+                legacy: (legacy && !from_raw).then_some(s.cfg.limits.max_client_buffer_bytes),
             },
         );
         match head.await {
@@ -319,11 +321,12 @@ impl Sidecar {
                 let limit = Some(s.cfg.server.write_timeout.0);
                 Ok(relay(session, header, &mut Source::Tee(tee), limit).await)
             }
-            Ok(Head::Live { run, guard, .. }) if inject => {
+            Ok(Head::Live { run, guard, .. }) if from_raw => {
                 // The reader counts itself in from here on.
                 drop(guard);
                 let kind = DialectKind::LastEventId;
-                self.serve_verbatim(session, &run, Plan::From(0), kind, true, &owner)
+                let inject = route.ids == Ids::Inject;
+                self.serve_verbatim(session, &run, Plan::From(0), kind, inject, &owner)
                     .await
             }
             Ok(Head::Live {

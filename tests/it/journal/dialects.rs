@@ -1,6 +1,7 @@
 //! Verbatim dialects through the other replica: a run recorded on A, resumed on B by the
 //! client's own cursor (injected `Last-Event-ID`, `frame_index` with a resume token minted on
-//! A, a run found by its upstream alias), byte for byte what A would send.
+//! A, a run found by its upstream alias, an id tether made unique inside a burst of one upstream
+//! id), byte for byte what A would send.
 
 use bytes::Bytes;
 use serde_json::json;
@@ -283,4 +284,71 @@ async fn a_run_is_found_by_its_upstream_alias_on_the_other_replica_for_its_owner
     gate.open();
     let rest = mine.body_to_end().await;
     assert_eq!(std::str::from_utf8(&rest).unwrap(), concat(&all[2..]));
+}
+
+/// The LangGraph profile as shipped: `ids = "unique"`.
+const LANGGRAPH: &str = include_str!("../../../conf/profiles/langgraph.toml");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_made_unique_inside_a_burst_resumes_on_the_other_replica_right_after_its_frame() {
+    let redis = RedisServer::start();
+    // `<ms>-0` as the in-memory runtime stamps it: frames 1 to 5 share one id.
+    let event = |n: usize| match n {
+        0 => "metadata",
+        6 => "values",
+        _ => "messages",
+    };
+    let upstream_id = |n: usize| match n {
+        0 => "1760-0",
+        6 => "1762-0",
+        _ => "1761-0",
+    };
+    let data = |n: usize| match n {
+        0 => json!({"run_id": "lg-run-1"}).to_string(),
+        _ => json!([{"content": format!("w{n} ")}]).to_string(),
+    };
+    let sent: Vec<Bytes> = (0..7)
+        .map(|n| frame(Some(event(n)), Some(upstream_id(n)), &data(n)))
+        .collect();
+    let relayed: Vec<Bytes> = (0..7)
+        .map(|n| match n {
+            2..=5 => frame(Some(event(n)), Some(&format!("1761-0~{n}")), &data(n)),
+            _ => sent[n].clone(),
+        })
+        .collect();
+    let gate = Gate::default();
+    let (f, g) = (sent.clone(), gate.clone());
+    let be = backend(move |_| held(&f, 4, &g)).await;
+    let a = replica(be.addr, &redis, "a", LANGGRAPH).await;
+    let b = replica(be.addr, &redis, "b", LANGGRAPH).await;
+    let body = json!({"assistant_id": "agent", "input": {}}).to_string();
+    let live = request(
+        a.addr,
+        "POST",
+        "/threads/th-1/runs/stream",
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(live.status, 200);
+    let got = cut(live, 4).await;
+    assert_eq!(concat(&got), concat(&relayed[..4]));
+    // The run id and its LangGraph run id are indexed.
+    journaled(&redis, 1, 2).await;
+
+    let last = "1761-0~3";
+    assert!(concat(&got[3..]).contains(&format!("id: {last}\n")));
+    let mut rest = request(
+        b.addr,
+        "GET",
+        "/threads/th-1/runs/lg-run-1/stream",
+        &[("Last-Event-ID", last)],
+        b"",
+    )
+    .await;
+    assert_eq!(rest.status, 200);
+    gate.open();
+    let body = rest.body_to_end().await;
+    assert_eq!(std::str::from_utf8(&body).unwrap(), concat(&relayed[4..]));
+    assert_eq!(be.requests.lock().len(), 1, "the rejoin is not a new turn");
 }
