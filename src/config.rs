@@ -214,14 +214,21 @@ impl Config {
         if let Some(v) = &flags.journal_key {
             file.journal.key = Some(v.clone());
         }
-        if !flags.cors_origins.is_empty() {
-            file.server.cors.allow_origins = flags.cors_origins.clone();
+        // Empty entries (an empty TETHER_CORS_ORIGINS, a doubled comma) name no origin.
+        let origins: Vec<String> = flags
+            .cors_origins
+            .iter()
+            .map(|o| o.trim().to_string())
+            .filter(|o| !o.is_empty())
+            .collect();
+        if !origins.is_empty() {
+            file.server.cors.allow_origins = origins.clone();
         }
         let mut cfg = file.validate().map_err(|mut e| {
             if e.key == "server.upstream" {
                 e.key = upstream_key(flags).into();
             }
-            if e.key == ORIGINS_KEY && !flags.cors_origins.is_empty() {
+            if e.key == ORIGINS_KEY && !origins.is_empty() {
                 e.key = "--cors-origin".into();
             }
             e

@@ -340,6 +340,13 @@ mod tests {
         let none = Flags::parse_from(["tether"]);
         let c = Config::from_parts(file, &none).unwrap().cors.unwrap();
         assert_eq!(c.origins, Origins::Listed(vec!["https://file.com".into()]));
+        // Empty entries (an empty environment variable) name no origin: the file's stand.
+        let empty = Flags::parse_from(["tether", "--cors-origin", ",", "--cors-origin", ""]);
+        let file = parse_file("[server.cors]\nallow_origins = [\"https://file.com\"]\n").unwrap();
+        let c = Config::from_parts(file, &empty).unwrap().cors.unwrap();
+        assert_eq!(c.origins, Origins::Listed(vec!["https://file.com".into()]));
+        let c = Config::from_parts(parse_file("").unwrap(), &empty).unwrap();
+        assert_eq!(c.cors, None);
         let bad = Flags::parse_from(["tether", "--cors-origin", "a.com"]);
         let e = Config::from_parts(parse_file("").unwrap(), &bad).unwrap_err();
         assert_eq!(e.key, "--cors-origin");
