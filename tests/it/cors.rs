@@ -174,7 +174,7 @@ async fn a_preflight_for_what_goes_to_the_backend_is_the_backends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pass_through_route_keeps_its_methods_preflights_for_the_backend() {
+async fn a_pass_through_routes_method_is_preflighted_by_the_backend_not_tether() {
     let be = turns_and_own_preflights().await;
     let routes = "[[routes]]\nmethods = [\"GET\"]\npath = \"/chat/live\"\nkind = \"passthrough\"\n\
                   [[routes]]\nmethods = [\"POST\", \"GET\"]\npath = \"/chat/live\"\nkind = \"attach\"\n";
