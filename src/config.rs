@@ -5,6 +5,7 @@
 //! reads a `TETHER_*` environment variable). [`File::validate`] checks the result once at start;
 //! an invalid configuration is a [`ConfigError`] naming the key, and `main` exits with status 64.
 
+mod cors;
 mod drop_in;
 mod duration;
 mod file;
@@ -22,6 +23,7 @@ use std::net::SocketAddr;
 pub const DEFAULT_WINDOW: usize = 4096;
 
 pub use crate::error::ConfigError;
+pub use cors::{Cors, CorsConf, Origins};
 pub use file::{
     parse_file, AuthConf, Dur, File, JournalConf, Limits, Recorder, Server, Subject, Upstream,
 };
@@ -71,6 +73,8 @@ pub struct Config {
     pub secret_configured: bool,
     /// The shared journal, when one is configured.
     pub journal: Option<Journal>,
+    /// `[server.cors]`, when some origin is allowed.
+    pub cors: Option<Cors>,
 }
 
 /// The shared journal's validated settings.
@@ -210,9 +214,22 @@ impl Config {
         if let Some(v) = &flags.journal_key {
             file.journal.key = Some(v.clone());
         }
+        // Empty entries (an empty TETHER_CORS_ORIGINS, a doubled comma) name no origin.
+        let origins: Vec<String> = flags
+            .cors_origins
+            .iter()
+            .map(|o| o.trim().to_string())
+            .filter(|o| !o.is_empty())
+            .collect();
+        if !origins.is_empty() {
+            file.server.cors.allow_origins = origins.clone();
+        }
         let mut cfg = file.validate().map_err(|mut e| {
             if e.key == "server.upstream" {
                 e.key = upstream_key(flags).into();
+            }
+            if e.key == ORIGINS_KEY && !origins.is_empty() {
+                e.key = "--cors-origin".into();
             }
             e
         })?;
@@ -229,6 +246,9 @@ impl Config {
         Ok(cfg)
     }
 }
+
+/// The file's key of the allowed CORS origins (`--cors-origin` when the flag set them).
+const ORIGINS_KEY: &str = "server.cors.allow_origins";
 
 /// `TETHER_AUTH_SECRET`, read from the environment only (a secret never goes on a command line).
 fn flags_secret() -> Option<String> {
@@ -537,6 +557,7 @@ impl File {
         let serve_client = self.server.serve_client.unwrap_or(upstream.is_none());
         let raw = raw_record(&routes, self.recorder.max_raw_bytes_per_run)?;
         let journal = journal(&self.journal)?;
+        let cors = Cors::check(&self.server.cors, ORIGINS_KEY)?;
         let secret_configured = flags_secret().is_some() || !self.auth.secret.is_empty();
         let secret = match (&flags_secret(), self.auth.secret.as_str()) {
             (Some(s), _) => s.clone().into_bytes(),
@@ -558,6 +579,7 @@ impl File {
             secret,
             secret_configured,
             journal,
+            cors,
         })
     }
 }

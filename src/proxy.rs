@@ -7,6 +7,7 @@
 mod assets;
 mod attach;
 mod control;
+mod cors;
 mod record;
 mod resume;
 mod retry;
@@ -26,6 +27,7 @@ use crate::error::{ApiError, Code};
 use crate::state::auth::Owner;
 use crate::vocab::{RunId, Scope};
 pub use assets::CLIENT_PATH;
+pub use cors::Cors;
 use session::finish;
 pub use shared::Shared;
 
@@ -98,15 +100,20 @@ impl ProxyHttp for Sidecar {
     /// overridden): `Ok(false)`.
     async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
         let max = self.shared.cfg.limits.max_header_bytes;
+        let cors = &self.shared.cors;
         if header_bytes(session.req_header()) > max {
             let e = ApiError::new(
                 Code::HeadersTooLarge,
                 format!("the request headers are over {max} bytes"),
             );
-            return finish(session, Err(e)).await;
+            return finish(session, cors, Err(e)).await;
+        }
+        if let Some(h) = cors.preflight(&self.shared.cfg.routes, session.req_header()) {
+            let _ = session.write_response_header(Box::new(h), true).await;
+            return Ok(true);
         }
         if let Some(file) = assets::answer(&self.shared.cfg, session.req_header()) {
-            return finish(session, Ok(file)).await;
+            return finish(session, cors, Ok(file)).await;
         }
         let req = session.req_header();
         let Some((route, captures)) =
@@ -124,7 +131,7 @@ impl ProxyHttp for Sidecar {
             RouteKind::Annotate => self.annotate(session, &m).await,
             RouteKind::Resume => self.resume(session, &m).await,
         };
-        finish(session, handled).await
+        finish(session, cors, handled).await
     }
 
     /// Runs for pass-through requests: every one goes to the configured backend.

@@ -147,6 +147,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         producers: TaskTracker::new(),
         observers: TaskTracker::new(),
         stop: CancellationToken::new(),
+        cors: crate::proxy::Cors::new(&cfg),
         cfg,
     });
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::cors::CorsConf;
 pub use super::duration::Dur;
 use super::route_conf::RouteConf;
 use crate::error::ConfigError;
@@ -46,6 +47,8 @@ pub struct Server {
     pub tls_cert: Option<std::path::PathBuf>,
     /// PEM file of that certificate's private key (`--tls-key`).
     pub tls_key: Option<std::path::PathBuf>,
+    /// `[server.cors]`: pages on other origins reading tether's own answers.
+    pub cors: CorsConf,
 }
 
 impl Default for Server {
@@ -64,6 +67,7 @@ impl Default for Server {
             serve_client: None,
             tls_cert: None,
             tls_key: None,
+            cors: CorsConf::default(),
         }
     }
 }

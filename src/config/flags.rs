@@ -106,6 +106,16 @@ pub struct Flags {
     #[arg(long, env = "TETHER_SERVE_CLIENT", value_name = "BOOL", num_args = 0..=1,
           default_missing_value = "true", value_parser = clap::builder::BoolishValueParser::new())]
     pub serve_client: Option<bool>,
+    /// An origin whose pages may read tether's own answers (CORS), as the browser sends it:
+    /// scheme://host[:port], or * for any (without credentials); repeatable, and comma-separated
+    /// in the environment variable [default: none].
+    #[arg(
+        long = "cors-origin",
+        env = "TETHER_CORS_ORIGINS",
+        value_name = "ORIGIN",
+        value_delimiter = ','
+    )]
+    pub cors_origins: Vec<String>,
     /// Caller identity: none, header:NAME, cookie:NAME or authorization [default: none].
     #[arg(long, env = "TETHER_AUTH_SUBJECT", value_parser = subject)]
     pub auth_subject: Option<Subject>,

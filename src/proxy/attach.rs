@@ -138,7 +138,7 @@ impl Sidecar {
             result.as_str(),
             reset.map(|r| r.as_str())
         );
-        if !write_sse_header(session, run.id()).await {
+        if !write_sse_header(session, &s.cors, run.id()).await {
             return Ok(Reply::Abort);
         }
         Ok(observe(s, session, &run, start, None).await)

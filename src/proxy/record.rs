@@ -306,7 +306,7 @@ impl Sidecar {
         match head.await {
             Err(_) | Ok(Head::Failed(_)) => Err(unreachable()),
             Ok(Head::Relay { header, upstream }) => {
-                Ok(relay_upstream(session, &s.upstream, header, upstream).await)
+                Ok(relay_upstream(session, s, header, upstream).await)
             }
             Ok(Head::Live {
                 run,
@@ -318,6 +318,7 @@ impl Sidecar {
                 let _attached = guard;
                 let mut header = header;
                 self.add_token_headers(&mut header, &run, &owner);
+                s.cors.own(session.req_header(), &mut header);
                 let limit = Some(s.cfg.server.write_timeout.0);
                 Ok(relay(session, header, &mut Source::Tee(tee), limit).await)
             }
@@ -335,7 +336,7 @@ impl Sidecar {
                 guard,
                 ..
             }) => {
-                if !write_sse_header(session, run.id()).await {
+                if !write_sse_header(session, &s.cors, run.id()).await {
                     return Ok(Reply::Abort);
                 }
                 Ok(observe(s, session, &run, Start::Fresh, Some(guard)).await)

@@ -280,6 +280,7 @@ impl Sidecar {
             None => sse_header()?,
         };
         self.add_token_headers(&mut header, run, owner);
+        s.cors.own(session.req_header(), &mut header);
         if session
             .write_response_header(Box::new(header), false)
             .await

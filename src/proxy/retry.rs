@@ -152,7 +152,7 @@ impl Sidecar {
                 .serve_verbatim(session, run, Plan::From(0), kind, inject, owner)
                 .await;
         }
-        if !write_sse_header(session, run.id()).await {
+        if !write_sse_header(session, &s.cors, run.id()).await {
             return Ok(Reply::Abort);
         }
         Ok(observe(s, session, run, Start::Snapshot, None).await)

@@ -12,8 +12,9 @@ use pingora_core::Result;
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 
+use super::cors::Cors;
 use super::shared::Shared;
-use crate::backend::{relayed, Exchange, Upstream};
+use crate::backend::{relayed, Exchange};
 use crate::deliver::observer::{self, ClientGone, Sink};
 use crate::error::{ApiError, Code};
 use crate::producer::{StreamCut, TeeReader};
@@ -53,8 +54,9 @@ pub(crate) struct FileReply {
 /// What a handler returns: a reply, or an error answer.
 pub(crate) type Handled = std::result::Result<Reply, ApiError>;
 
-/// Writes the reply or the error answer; the request is always handled here.
-pub(crate) async fn finish(session: &mut Session, r: Handled) -> Result<bool> {
+/// Writes the reply or the error answer, with `cors`'s headers; the request is always handled
+/// here.
+pub(crate) async fn finish(session: &mut Session, cors: &Cors, r: Handled) -> Result<bool> {
     match r {
         Ok(Reply::Done) => {}
         Ok(Reply::Abort) => {
@@ -62,23 +64,29 @@ pub(crate) async fn finish(session: &mut Session, r: Handled) -> Result<bool> {
             session.as_downstream_mut().shutdown().await;
         }
         Ok(Reply::Json(status, body)) => {
-            let _ = respond(session, status, body.map(|b| Bytes::from(b.to_string()))).await;
+            let body = body.map(|b| Bytes::from(b.to_string()));
+            let _ = respond(session, cors, status, body).await;
         }
         Ok(Reply::File(f)) => {
-            let _ = respond_file(session, f).await;
+            let _ = respond_file(session, cors, f).await;
         }
         Ok(Reply::EmptyStream) => {
-            let _ = respond_empty_stream(session).await;
+            let _ = respond_empty_stream(session, cors).await;
         }
         Err(e) => {
-            let _ = respond(session, e.status(), Some(e.body())).await;
+            let _ = respond(session, cors, e.status(), Some(e.body())).await;
         }
     }
     Ok(true)
 }
 
 /// Writes a whole small response (`application/json` when there is a body).
-async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Result<()> {
+async fn respond(
+    session: &mut Session,
+    cors: &Cors,
+    status: u16,
+    body: Option<Bytes>,
+) -> Result<()> {
     let mut h = ResponseHeader::build(status, Some(3))?;
     h.insert_header("cache-control", "no-store")?;
     match &body {
@@ -88,6 +96,7 @@ async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Res
         }
         None => h.insert_header("content-length", "0")?,
     }
+    cors.own(session.req_header(), &mut h);
     session
         .write_response_header(Box::new(h), body.is_none())
         .await?;
@@ -98,16 +107,17 @@ async fn respond(session: &mut Session, status: u16, body: Option<Bytes>) -> Res
 }
 
 /// Writes a `200 text/event-stream` response with an empty body.
-async fn respond_empty_stream(session: &mut Session) -> Result<()> {
+async fn respond_empty_stream(session: &mut Session, cors: &Cors) -> Result<()> {
     let mut h = ResponseHeader::build(200, Some(3))?;
     h.insert_header("content-type", "text/event-stream")?;
     h.insert_header("cache-control", "no-cache")?;
     h.insert_header("content-length", "0")?;
+    cors.own(session.req_header(), &mut h);
     session.write_response_header(Box::new(h), true).await
 }
 
 /// Writes a whole file answer: no body for a `304` or a `HEAD`, `content-length` as for a `GET`.
-async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
+async fn respond_file(session: &mut Session, cors: &Cors, f: FileReply) -> Result<()> {
     let mut h = ResponseHeader::build(f.status, Some(5))?;
     h.insert_header("etag", f.etag)?;
     // Revalidate every time: a new tether build serves a new client at the same path.
@@ -118,6 +128,7 @@ async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
         h.insert_header("content-type", f.content_type)?;
         h.insert_header("content-length", f.body.len().to_string())?;
     }
+    cors.own(session.req_header(), &mut h);
     session
         .write_response_header(Box::new(h), !send_body)
         .await?;
@@ -127,8 +138,8 @@ async fn respond_file(session: &mut Session, f: FileReply) -> Result<()> {
     Ok(())
 }
 
-/// Starts a protocol-1 stream; false when the client is gone.
-pub(crate) async fn write_sse_header(session: &mut Session, run_id: &RunId) -> bool {
+/// Starts a protocol-1 stream, with `cors`'s headers; false when the client is gone.
+pub(crate) async fn write_sse_header(session: &mut Session, cors: &Cors, run_id: &RunId) -> bool {
     let header = || -> Result<ResponseHeader> {
         // Kept by Pingora for the whole stream: no case map (the names are lower case anyway),
         // and room for the `date` and `connection` headers Pingora adds.
@@ -141,10 +152,13 @@ pub(crate) async fn write_sse_header(session: &mut Session, run_id: &RunId) -> b
         Ok(h)
     };
     match header() {
-        Ok(h) => session
-            .write_response_header(Box::new(h), false)
-            .await
-            .is_ok(),
+        Ok(mut h) => {
+            cors.own(session.req_header(), &mut h);
+            session
+                .write_response_header(Box::new(h), false)
+                .await
+                .is_ok()
+        }
         Err(_) => false,
     }
 }
@@ -370,15 +384,17 @@ async fn limited<F: std::future::Future>(stall: &mut Option<Stall>, write: F) ->
     }
 }
 
-/// Relays an unrecorded upstream answer and returns its connection to the pool when the body
-/// was read to its end.
+/// Relays an unrecorded upstream answer (with tether's CORS headers when it has none of its
+/// own) and returns its connection to the pool when the body was read to its end.
 pub(crate) async fn relay_upstream(
     session: &mut Session,
-    upstream: &Upstream,
-    header: ResponseHeader,
-    s: Box<Exchange>,
+    s: &Shared,
+    mut header: ResponseHeader,
+    exchange: Box<Exchange>,
 ) -> Reply {
-    let mut source = Source::Upstream(s, Stall::new(upstream.idle_timeout()));
+    s.cors.relayed(session.req_header(), &mut header);
+    let upstream = &s.upstream;
+    let mut source = Source::Upstream(exchange, Stall::new(upstream.idle_timeout()));
     let reply = relay(session, header, &mut source, None).await;
     if let (Reply::Done, Source::Upstream(s, _)) = (&reply, source) {
         upstream.release(*s);
@@ -404,7 +420,7 @@ pub(crate) async fn forward_unrecorded(
     let status = header.status.as_u16();
     Ok((
         status,
-        relay_upstream(session, &s.upstream, header, Box::new(up)).await,
+        relay_upstream(session, s, header, Box::new(up)).await,
     ))
 }
 

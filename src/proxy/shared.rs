@@ -7,6 +7,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::cors::Cors;
 use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::Config;
@@ -18,6 +19,8 @@ use crate::state::registry::Registry;
 pub struct Shared {
     /// The validated configuration.
     pub cfg: Config,
+    /// CORS headers on tether's own answers, and its preflights.
+    pub cors: Cors,
     /// Chats and runs.
     pub registry: Arc<Registry>,
     /// The backend client.

@@ -9,6 +9,7 @@ mod support;
 mod attach;
 mod chaos;
 mod control;
+mod cors;
 mod deploy;
 mod dialects;
 mod faults;

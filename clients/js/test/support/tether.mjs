@@ -21,14 +21,15 @@ export const CHROMIUM_ARGS = [
 
 /**
  * Starts the tether binary `bin` in demo mode on free ports, with `extra` arguments after its own
- * (`--tls-cert`/`--tls-key` for HTTPS); resolves with its process, its proxy address and scheme
- * (`http` or `https`, from its banner) and its admin listener's `host:port`.
+ * (`--tls-cert`/`--tls-key` for HTTPS) and `env` added to its environment (`TETHER_*`
+ * variables); resolves with its process, its proxy address and scheme (`http` or `https`, from
+ * its banner) and its admin listener's `host:port`.
  */
-export function startTether(bin, extra = []) {
+export function startTether(bin, extra = [], env = {}) {
   return new Promise((resolve, reject) => {
     const p = spawn(bin, ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s", ...extra], {
       stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" },
+      env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn", ...env },
     });
     let out = "";
     const timer = setTimeout(() => reject(new Error(`tether did not start: ${out}`)), 30_000);
