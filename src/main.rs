@@ -225,6 +225,13 @@ fn main() -> ExitCode {
         eprintln!("tether: [upstream]: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
+    // So are a TLS journal's.
+    if let Some(j) = &cfg.journal {
+        if let Err(e) = tether::replica::check_tls_files(j) {
+            eprintln!("tether: [journal]: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
     // So are the listener's certificate and key.
     if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key) {
         if let Err(e) = tether::server::tls::ListenerTls::load(cert, key) {

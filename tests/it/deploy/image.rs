@@ -96,6 +96,11 @@ fn the_systemd_unit_stops_with_sigterm_after_the_drain_it_configures() {
     assert_eq!(unit_values(&unit, "DynamicUser"), ["yes"]);
     assert_eq!(unit_values(&unit, "NoNewPrivileges"), ["yes"]);
     assert_eq!(unit_values(&unit, "Restart"), ["on-failure"]);
+    // A reload is the SIGHUP that reads the listener's certificate again, never a restart.
+    assert_eq!(
+        unit_values(&unit, "ExecReload"),
+        ["/bin/kill -HUP $MAINPID"]
+    );
 
     let exec = unit_values(&unit, "ExecStart");
     assert_eq!(exec.len(), 1, "one ExecStart");

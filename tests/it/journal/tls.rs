@@ -50,3 +50,37 @@ async fn a_replica_that_trusts_another_ca_never_reports_the_journal_ready() {
     );
     assert!(redis.server.keys("tj:*").is_empty(), "nothing was written");
 }
+
+#[test]
+fn a_journal_tls_file_that_cannot_be_used_exits_64_naming_it() {
+    let dir = std::env::temp_dir().join(format!("tether-journal-tls-exit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage-ca.pem");
+    std::fs::write(&garbage, "not a certificate\n").unwrap();
+    let missing = dir.join("missing-ca.pem");
+    for (ca, says) in [
+        (&missing, "missing-ca.pem"),
+        (&garbage, "no PEM certificate"),
+    ] {
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--journal", "rediss://127.0.0.1:1", "--journal-ca"])
+            .arg(ca)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output().unwrap());
+        });
+        let out = rx.recv_timeout(LIMIT).expect("the binary exits");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{stderr}");
+        assert!(
+            stderr.contains("[journal]") && stderr.contains(says),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
