@@ -226,8 +226,17 @@ fn main() -> ExitCode {
         return ExitCode::from(EXIT_CONFIG);
     }
     // So are a TLS journal's.
-    if let Some(j) = &cfg.journal {
-        if let Err(e) = tether::replica::check_tls_files(j) {
+    if let Some(tls) = cfg.journal.as_ref().and_then(|j| j.tls.as_ref()) {
+        use tether::backend::tls::{certificates, private_key};
+        let checked = tls
+            .ca
+            .as_deref()
+            .map_or(Ok(()), |ca| certificates(ca).map(drop));
+        let checked = checked.and_then(|()| match &tls.client {
+            Some((cert, key)) => certificates(cert).and_then(|_| private_key(key)).map(drop),
+            None => Ok(()),
+        });
+        if let Err(e) = checked {
             eprintln!("tether: [journal]: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }

@@ -359,22 +359,6 @@ impl Replica {
     }
 }
 
-/// Reads and checks a `rediss://` journal's CA and client certificate files (PEM), so a bad file
-/// is a configuration error at start, naming the file, not a journal that never connects.
-pub fn check_tls_files(cfg: &config::Journal) -> Result<(), String> {
-    let Some(tls) = &cfg.tls else {
-        return Ok(());
-    };
-    if let Some(ca) = &tls.ca {
-        crate::backend::tls::certificates(ca)?;
-    }
-    if let Some((cert, key)) = &tls.client {
-        crate::backend::tls::certificates(cert)?;
-        crate::backend::tls::private_key(key)?;
-    }
-    Ok(())
-}
-
 /// The URL (or the comma-separated seed URLs) without passwords, for logs.
 fn redact(urls: &str) -> String {
     let one = |url: &str| match (url.find("://"), url.rfind('@')) {

@@ -61,7 +61,7 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// The certificates of a PEM file, in order, each checked to parse as X.509 DER.
-pub(crate) fn certificates(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+pub fn certificates(path: &Path) -> Result<Vec<Vec<u8>>, String> {
     let pem = read(path)?;
     let mut out = Vec::new();
     for item in rustls_pemfile::certs(&mut pem.as_slice()) {
@@ -77,7 +77,7 @@ pub(crate) fn certificates(path: &Path) -> Result<Vec<Vec<u8>>, String> {
 }
 
 /// The first private key of a PEM file (PKCS#8, PKCS#1 or SEC1), as DER.
-pub(crate) fn private_key(path: &Path) -> Result<Vec<u8>, String> {
+pub fn private_key(path: &Path) -> Result<Vec<u8>, String> {
     let pem = read(path)?;
     let key = rustls_pemfile::private_key(&mut pem.as_slice())
         .map_err(|e| format!("{}: not a PEM file: {e}", path.display()))?
