@@ -371,11 +371,7 @@ fn the_binary_reloads_its_certificate_on_sighup_mid_turn_and_the_stream_goes_on(
         );
     });
     signal(&child, libc::SIGTERM);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait().unwrap());
-    });
-    assert!(rx.recv_timeout(LIMIT).unwrap().success());
+    assert!(within_blocking(move || child.wait().unwrap()).success());
 }
 
 #[test]
@@ -401,11 +397,7 @@ fn a_missing_or_half_listener_pair_exits_64_naming_it() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output().unwrap());
-        });
-        let out = rx.recv_timeout(LIMIT).expect("the binary exits");
+        let out = within_blocking(move || child.wait_with_output().unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");

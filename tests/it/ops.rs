@@ -436,16 +436,6 @@ fn a_bad_upstream_exits_64_naming_the_flag() {
     }
 }
 
-/// Runs a blocking wait on a thread, bounded by the harness limit.
-fn within_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(LIMIT)
-        .expect("timed out waiting for the process")
-}
-
 #[test]
 fn json_log_format_writes_one_json_object_per_line() {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))

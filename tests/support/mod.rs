@@ -44,6 +44,16 @@ pub use tether::state::auth::Owner;
 /// Upper bound on any single wait in a test, so a bug fails instead of hanging.
 pub const LIMIT: Duration = Duration::from_secs(20);
 
+/// Runs a blocking wait (a child process's) on a thread, bounded by [`LIMIT`].
+pub fn within_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(LIMIT)
+        .expect("timed out waiting for the process")
+}
+
 /// Awaits `f` or panics after [`LIMIT`].
 pub async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
     tokio::time::timeout(LIMIT, f)

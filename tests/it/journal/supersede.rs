@@ -49,26 +49,14 @@ async fn a_late_go_live_of_an_earlier_turn_does_not_supersede_the_chats_newer_ru
     // got persisted:true); the chat's next turn goes live on B meanwhile. When A's link
     // delivers, the go-live (mode `live`, expecting whatever run the chat's pointer names by
     // then) supersedes turn 2's live run: B's requester gets `superseded` pointing at turn 1.
-    let redis = RedisServer::start();
-    let link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
-    let gate = Gate::default();
-    let g = gate.clone();
-    let be = backend(move |r: &Req| {
-        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        match v["turn"].as_u64() {
-            Some(2) => scripted_turn(&turn(4), Some((2, &g))),
-            _ => scripted_turn(&turn(4), None),
-        }
-    })
-    .await;
-    let toml = |id: &str, url: String| {
-        format!(
-            "[journal]\nurl = \"{url}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n"
-        )
-    };
-    let a = sidecar(be.addr, &toml("a", format!("redis://{}", link.addr))).await;
-    let b = sidecar(be.addr, &toml("b", redis.url())).await;
-    link.set(Fault::Stall);
+    let Stalled {
+        redis,
+        link,
+        gate,
+        be: _be,
+        a,
+        b,
+    } = Stalled::start(2).await;
     let first = post(
         a.addr,
         "/chat",
@@ -138,26 +126,14 @@ async fn a_late_go_live_of_an_earlier_turn_does_not_supersede_the_chats_newer_ru
 async fn a_still_producing_run_whose_go_live_lands_late_ends_superseded_by_the_chats_newer_run() {
     // As above, but turn 1 is still producing (its upstream held at a gate) when its go-live
     // reaches Redis: it ends superseded by turn 2, as it would had its go-live landed in time.
-    let redis = RedisServer::start();
-    let link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
-    let gate = Gate::default();
-    let g = gate.clone();
-    let be = backend(move |r: &Req| {
-        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        match v["turn"].as_u64() {
-            Some(1) => scripted_turn(&turn(4), Some((2, &g))),
-            _ => scripted_turn(&turn(4), None),
-        }
-    })
-    .await;
-    let toml = |id: &str, url: String| {
-        format!(
-            "[journal]\nurl = \"{url}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n"
-        )
-    };
-    let a = sidecar(be.addr, &toml("a", format!("redis://{}", link.addr))).await;
-    let b = sidecar(be.addr, &toml("b", redis.url())).await;
-    link.set(Fault::Stall);
+    let Stalled {
+        redis: _redis,
+        link,
+        gate,
+        be: _be,
+        a,
+        b,
+    } = Stalled::start(1).await;
     let mut first = post(
         a.addr,
         "/chat",
@@ -192,4 +168,48 @@ async fn a_still_producing_run_whose_go_live_lands_late_ends_superseded_by_the_c
     let mut status = request(b.addr, "GET", "/chat/run?chat_id=c", &[], b"").await;
     let v: serde_json::Value = serde_json::from_slice(&status.body_to_end().await).unwrap();
     assert_eq!(v["run_id"], run2);
+}
+
+/// Two replicas on one Redis, A's link to it stalled: a backend whose turn `held` waits at a
+/// gate after two events (every other turn runs through).
+struct Stalled {
+    redis: RedisServer,
+    link: FaultProxy,
+    gate: Gate,
+    be: Backend,
+    a: Sidecar,
+    b: Sidecar,
+}
+
+impl Stalled {
+    async fn start(held: u64) -> Stalled {
+        let redis = RedisServer::start();
+        let link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+        let gate = Gate::default();
+        let g = gate.clone();
+        let be = backend(move |r: &Req| {
+            let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+            match v["turn"].as_u64() {
+                Some(n) if n == held => scripted_turn(&turn(4), Some((2, &g))),
+                _ => scripted_turn(&turn(4), None),
+            }
+        })
+        .await;
+        let toml = |id: &str, url: String| {
+            format!(
+                "[journal]\nurl = \"{url}\"\nreplica_id = \"{id}\"\nlease = \"1s\"\npoll = \"100ms\"\n"
+            )
+        };
+        let a = sidecar(be.addr, &toml("a", format!("redis://{}", link.addr))).await;
+        let b = sidecar(be.addr, &toml("b", redis.url())).await;
+        link.set(Fault::Stall);
+        Stalled {
+            redis,
+            link,
+            gate,
+            be,
+            a,
+            b,
+        }
+    }
 }

@@ -70,11 +70,7 @@ fn a_journal_tls_file_that_cannot_be_used_exits_64_naming_it() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output().unwrap());
-        });
-        let out = rx.recv_timeout(LIMIT).expect("the binary exits");
+        let out = within_blocking(move || child.wait_with_output().unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{stderr}");
         assert!(
