@@ -258,13 +258,17 @@ fn flags_secret() -> Option<String> {
 }
 
 /// The raw record, when a route reads raw frames: a resume route of a verbatim dialect (or
-/// `from_start`, whose live tail is raw), a record route with `resume_on`, injected ids or ids
+/// `from_start`, whose live tail is raw; not `durable_streams`, which reads the window), a record route with `resume_on`, injected ids or ids
 /// made unique.
 fn raw_record(routes: &[Route], cap: usize) -> Result<Option<RawRecord>, ConfigError> {
     let mut field: Option<&str> = None;
     let mut needed = false;
     for (i, r) in routes.iter().enumerate() {
-        needed |= r.resume.is_some() || r.resume_on.is_some() || r.ids != Ids::Upstream;
+        let raw_resume = r
+            .resume
+            .as_ref()
+            .is_some_and(|x| x.dialect != DialectKind::DurableStreams);
+        needed |= raw_resume || r.resume_on.is_some() || r.ids != Ids::Upstream;
         if let Some(f) = r.resume.as_ref().and_then(|x| x.cursor_field.as_deref()) {
             match field {
                 Some(other) if other != f => {

@@ -1,5 +1,6 @@
 //! Delivery: the write loops that serve a client from a run, in protocol 1 ([`observer`]) or in
-//! the upstream's own format ([`replay`]).
+//! the upstream's own format ([`replay`]), or as a Durable Stream ([`durable`]).
 
+pub mod durable;
 pub mod observer;
 pub mod replay;

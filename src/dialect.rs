@@ -5,8 +5,10 @@
 //! [`protocol1::Protocol1`] is tether's own protocol (`STREAM_SNAPSHOT`, `STREAM_EVENT`,
 //! `STREAM_END`). The drop-in dialects ([`Verbatim`]) answer a client in the upstream's own
 //! format from the run's raw record, one file each: [`from_start`], [`last_event_id`],
-//! [`frame_index`], [`json_cursor`]. Pure: no I/O.
+//! [`frame_index`], [`json_cursor`]. [`durable_streams`] serves a run's events as a read-only
+//! Durable Stream. Pure: no I/O.
 
+pub mod durable_streams;
 pub mod frame_index;
 pub mod from_start;
 pub mod json_cursor;
@@ -122,6 +124,11 @@ pub fn verbatim(resume: &Resume) -> Box<dyn Verbatim> {
         DialectKind::FrameIndex => Box::new(frame_index::FrameIndex),
         DialectKind::JsonCursor => Box::new(json_cursor::JsonCursor {
             expired: resume.expired,
+        }),
+        // Never asked for: a durable_streams route is served by its own handler, from the
+        // window rather than the raw record.
+        DialectKind::DurableStreams => Box::new(from_start::FromStart {
+            completed: resume.completed,
         }),
     }
 }

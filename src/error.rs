@@ -29,14 +29,21 @@ pub enum Code {
     InvalidWaitMs,
     /// 400: `protocol` is neither 1 nor absent.
     InvalidProtocol,
-    /// 400: a query parameter does not decode to UTF-8.
+    /// 400: a query parameter does not decode to UTF-8 (or a Durable Streams `live` mode is
+    /// unknown).
     InvalidQuery,
+    /// 400: a Durable Streams offset is not `-1`, `now` or one tether gave for this stream.
+    InvalidOffset,
     /// 400: `cancel_request_id` is not a string of 1–128 bytes.
     InvalidCancelRequestId,
     /// 401: `[auth] subject` is set and the request carries no caller identity.
     Unauthenticated,
     /// 404: the chat has no such run (also what another owner's chat gets).
     NoRun,
+    /// 405: a write to a read-only Durable Stream.
+    MethodNotAllowed,
+    /// 410: a Durable Streams offset names events (or a run) no longer kept.
+    OffsetGone,
     /// 409: a `single_flight` route refused a turn while one is running.
     TurnAlreadyRunning,
     /// 409: a retry joined a run that cannot be replayed to this requester (a legacy
@@ -72,9 +79,12 @@ impl Code {
             Code::InvalidWaitMs => "invalid_wait_ms",
             Code::InvalidProtocol => "invalid_protocol",
             Code::InvalidQuery => "invalid_query",
+            Code::InvalidOffset => "invalid_offset",
             Code::InvalidCancelRequestId => "invalid_cancel_request_id",
             Code::Unauthenticated => "unauthenticated",
             Code::NoRun => "no_run",
+            Code::MethodNotAllowed => "method_not_allowed",
+            Code::OffsetGone => "offset_gone",
             Code::TurnAlreadyRunning => "turn_already_running",
             Code::IdempotencyKeyInUse => "idempotency_key_in_use",
             Code::BodyTooLarge => "body_too_large",
@@ -92,6 +102,8 @@ impl Code {
         match self {
             Code::Unauthenticated => 401,
             Code::NoRun => 404,
+            Code::MethodNotAllowed => 405,
+            Code::OffsetGone => 410,
             Code::TurnAlreadyRunning | Code::IdempotencyKeyInUse => 409,
             Code::BodyTooLarge => 413,
             Code::IdempotencyKeyReused => 422,

@@ -46,6 +46,17 @@ pub struct Read {
     pub head: u64,
 }
 
+/// What a read of events' JSON after a cursor returns (the JSON went to the caller's buffer).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct JsonRead {
+    /// The seq of the last event written (the cursor when none).
+    pub last: u64,
+    /// The run's terminal state, present once `last` reached the run's end.
+    pub end: Option<End>,
+    /// The run's head seq at the time of the read.
+    pub head: u64,
+}
+
 /// A snapshot captured under the journal's lock: shares the history, copies no text.
 #[derive(Debug, Clone)]
 pub struct SnapshotCapture {
@@ -116,6 +127,15 @@ pub trait Journal: Send + Sync + Debug {
     /// The frames after `after`, up to `max` of them, or why the window cannot serve them.
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss>;
 
+    /// Like [`Self::read_after`], writing the events' JSON (no frame envelope) to `out`, each
+    /// after a comma unless `out` ends with `[`: a Durable Streams reader's messages.
+    fn read_json_after(
+        &self,
+        after: u64,
+        max: usize,
+        out: &mut bytes::BytesMut,
+    ) -> Result<JsonRead, CursorMiss>;
+
     /// Captures a snapshot of the whole history now, copying no text.
     fn capture(&self) -> SnapshotCapture;
 
@@ -151,6 +171,14 @@ impl<J: Journal> Journal for std::sync::Arc<J> {
     }
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
         (**self).read_after(after, max)
+    }
+    fn read_json_after(
+        &self,
+        after: u64,
+        max: usize,
+        out: &mut bytes::BytesMut,
+    ) -> Result<JsonRead, CursorMiss> {
+        (**self).read_json_after(after, max, out)
     }
     fn capture(&self) -> SnapshotCapture {
         (**self).capture()

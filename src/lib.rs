@@ -23,12 +23,12 @@
 //! | frames (pure) | [`frame`] | the protocol-1 frame encoder the journal and the dialects share |
 //! | journal (pure) | [`journal`] | one run's log in memory: seqs, the replay window, history, the raw record, the end |
 //! | recording rules (pure) | [`ingest`] | one upstream read → events and raw frames for the journal; the end-of-run verdict |
-//! | dialects (pure) | [`dialect`] | a client's resume request → cursor; protocol 1 and the verbatim dialects |
+//! | dialects (pure) | [`dialect`] | a client's resume request → cursor; protocol 1, the verbatim dialects, Durable Streams |
 //! | state | [`state`] | owners, resume tokens, runs, chats, the attach table; ownership is checked here |
 //! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
 //! | backend | [`backend`] | the connect queue and tether's own HTTP/1.1 exchange with the backend, plain or TLS |
 //! | producer | [`producer`] | the detached run task: go-live, journal choice, the read loop, a legacy client's copy |
-//! | deliver | [`deliver`] | write loops to clients: protocol 1, verbatim |
+//! | deliver | [`deliver`] | write loops to clients: protocol 1, verbatim, Durable Streams |
 //! | edges | [`logging`], [`proxy`], [`server`] | Pingora's records, the Pingora adapter and route handlers, listeners and lifecycle |
 //!
 //! The pure layers work on bytes and values: no Pingora, network or Redis types.

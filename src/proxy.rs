@@ -8,6 +8,7 @@ mod assets;
 mod attach;
 mod control;
 mod cors;
+mod durable;
 mod record;
 mod resume;
 mod retry;

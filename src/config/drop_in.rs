@@ -52,6 +52,12 @@ pub(super) fn drop_in(
                 d.parse().map_err(|e| ConfigError::new(key("dialect"), e))?;
             let (default_cursor, default_expired) = Resume::defaults(dialect);
             let cursor = match &rc.cursor {
+                Some(_) if dialect == DialectKind::DurableStreams => {
+                    return Err(ConfigError::new(
+                        key("cursor"),
+                        "durable_streams reads the protocol's own offset query parameter",
+                    ))
+                }
                 Some(c) if dialect == DialectKind::FromStart => {
                     return Err(ConfigError::new(
                         key("cursor"),
@@ -111,7 +117,7 @@ pub(super) fn drop_in(
         }
         (RouteKind::Resume, None) => return Err(ConfigError::new(
             key("dialect"),
-            "a resume route needs a dialect: from_start, last_event_id, frame_index or json_cursor",
+            "a resume route needs a dialect: from_start, last_event_id, frame_index, json_cursor or durable_streams",
         )),
         (_, Some(_)) => {
             return Err(ConfigError::new(

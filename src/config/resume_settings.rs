@@ -18,7 +18,7 @@ impl FromStr for DialectKind {
             .copied()
             .find(|d| d.as_str() == s && *d != DialectKind::Protocol1)
             .ok_or_else(|| {
-                format!("{s:?} must be from_start, last_event_id, frame_index or json_cursor")
+                format!("{s:?} must be from_start, last_event_id, frame_index, json_cursor or durable_streams")
             })
     }
 }
@@ -180,6 +180,8 @@ impl Resume {
             ),
             DialectKind::JsonCursor => (None, Expired::ReplayUnavailable),
             DialectKind::FromStart | DialectKind::Protocol1 => (None, Expired::FromStart),
+            // The offset is the protocol's own query parameter; an expired one is `410`.
+            DialectKind::DurableStreams => (None, Expired::NotFound),
         }
     }
 }

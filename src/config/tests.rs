@@ -411,6 +411,13 @@ fn dialect_mistakes_name_their_key() {
         routes_err(&resume("dialect = \"last_event_id\"\nonly_if = \"stream\"")).key,
         "routes[0].only_if"
     );
+    assert_eq!(
+        routes_err(&resume(
+            "dialect = \"durable_streams\"\ncursor = \"query:offset\""
+        ))
+        .key,
+        "routes[0].cursor"
+    );
     for ids in ["inject", "unique"] {
         let record = format!(
             "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"stop\"\nids = \"{ids}\"\n"
@@ -436,6 +443,7 @@ fn every_profile_parses_and_validates() {
         names,
         [
             "ai-sdk.toml",
+            "durable-streams.toml",
             "eventsource.toml",
             "igraph-v2.toml",
             "langgraph.toml",
@@ -445,6 +453,22 @@ fn every_profile_parses_and_validates() {
             "workflows.toml"
         ]
     );
+}
+
+#[test]
+fn the_durable_streams_profile_reads_the_window_and_keeps_no_raw_record() {
+    let text = include_str!("../../conf/profiles/durable-streams.toml");
+    let c = parse_file(text).unwrap().validate().unwrap();
+    let dialects: Vec<_> = c
+        .routes
+        .iter()
+        .filter_map(|r| r.resume.as_ref().map(|x| x.dialect))
+        .collect();
+    assert_eq!(
+        dialects,
+        [DialectKind::DurableStreams, DialectKind::DurableStreams]
+    );
+    assert_eq!(c.raw, None);
 }
 
 #[test]

@@ -6,13 +6,14 @@
 //! writes. A snapshot is captured under the lock without copying any text and serialized
 //! outside it.
 
+use bytes::BytesMut;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::raw::{Frame, RawLog, Seek};
 use super::window::Window;
-use super::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use super::{Appended, CursorMiss, Journal, JsonRead, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::frame::EventEncoder;
 use crate::record::compact::Compactor;
 use crate::record::format::Event;
@@ -211,6 +212,31 @@ impl Journal for MemoryJournal {
             }
         }
         Ok(read)
+    }
+
+    fn read_json_after(
+        &self,
+        after: u64,
+        max: usize,
+        out: &mut BytesMut,
+    ) -> Result<JsonRead, CursorMiss> {
+        let st = self.state.lock();
+        if after > st.head {
+            return Err(CursorMiss::Ahead);
+        }
+        if after + 1 < st.window.first() {
+            return Err(CursorMiss::Expired);
+        }
+        // Never past the end (a mirror's window may hold events after it).
+        let last = st.end.as_ref().map_or(st.head, |e| e.seq.min(st.head));
+        let max = max.min(last.saturating_sub(after) as usize);
+        let n = st.window.read_json(after + 1, max, out) as u64;
+        let last = after + n;
+        Ok(JsonRead {
+            last,
+            end: st.end.clone().filter(|e| last >= e.seq),
+            head: st.head,
+        })
     }
 
     fn capture(&self) -> SnapshotCapture {

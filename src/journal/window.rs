@@ -161,10 +161,9 @@ impl Window {
         if from >= to {
             return None;
         }
-        let idx = |seq: u64| (seq - self.first) as usize;
         let size: usize = (from..to)
             .map(|seq| {
-                let s = self.slots[idx(seq)];
+                let s = self.slots[(seq - self.first) as usize];
                 match s.name {
                     0 => encoder.max_len(s.len as usize),
                     n => encoder.max_len_named(s.len as usize, n as usize),
@@ -172,6 +171,44 @@ impl Window {
             })
             .sum();
         let mut buf = BytesMut::with_capacity(size);
+        self.walk(from, to, |seq, name, json| {
+            match name.is_empty() {
+                true => encoder.write(&mut buf, seq, json),
+                false => encoder.write_named(&mut buf, seq, json, name),
+            }
+            // Each frame a slice of the one buffer (the spare room stays with `buf`).
+            out.push(buf.split().freeze());
+        });
+        let at = self.slots[(to - 1 - self.first) as usize].at;
+        Some(self.base + Duration::from_nanos(at))
+    }
+
+    /// Appends the JSON of up to `max` events from seq `from` on (clamped to [`Self::first`]) to
+    /// `out`, each after a comma unless `out` ends with `[` (a JSON array being built); returns
+    /// how many were written. No frame envelope: what a Durable Streams reader gets.
+    pub fn read_json(&self, from: u64, max: usize, out: &mut BytesMut) -> usize {
+        let end = self.first + self.slots.len() as u64;
+        let from = from.max(self.first);
+        let to = end.min(from.saturating_add(max as u64));
+        if from >= to {
+            return 0;
+        }
+        let size: usize = (from..to)
+            .map(|seq| self.slots[(seq - self.first) as usize].len as usize + 1)
+            .sum();
+        out.reserve(size);
+        self.walk(from, to, |_, _, json| {
+            if out.last().is_some_and(|&b| b != b'[') {
+                out.extend_from_slice(b",");
+            }
+            out.extend_from_slice(json);
+        });
+        (to - from) as usize
+    }
+
+    /// Calls `f(seq, name, json)` for each event of seqs `from..to` (both within the window).
+    fn walk(&self, from: u64, to: u64, mut f: impl FnMut(u64, &[u8], &[u8])) {
+        let idx = |seq: u64| (seq - self.first) as usize;
         // Blocks cover [blocks[0].first, end) without a hole; walk them along with the seqs.
         let mut b = self
             .blocks
@@ -184,16 +221,12 @@ impl Window {
             let s = self.slots[idx(seq)];
             let data = &self.blocks[b].data;
             let (off, name, len) = (s.off as usize, s.name as usize, s.len as usize);
-            let json = &data[off + name..off + name + len];
-            match name {
-                0 => encoder.write(&mut buf, seq, json),
-                _ => encoder.write_named(&mut buf, seq, json, &data[off..off + name]),
-            }
-            // Each frame a slice of the one buffer (the spare room stays with `buf`).
-            out.push(buf.split().freeze());
+            f(
+                seq,
+                &data[off..off + name],
+                &data[off + name..off + name + len],
+            );
         }
-        let at = self.slots[idx(to - 1)].at;
-        Some(self.base + Duration::from_nanos(at))
     }
 }
 

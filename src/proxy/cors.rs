@@ -16,7 +16,8 @@
 use pingora_http::{RequestHeader, ResponseHeader};
 
 use crate::config::{match_route, Config, KeySource, Origins, Route, RouteKind, Subject};
-use crate::config::{Alias, Cors as Conf};
+use crate::config::{Alias, Cors as Conf, DialectKind};
+use crate::dialect::durable_streams;
 
 /// The header naming the run on tether's protocol-1 streams, always exposed.
 const RUN_ID: &str = "x-tether-run-id";
@@ -48,6 +49,13 @@ impl Cors {
         for r in &cfg.routes {
             let t = &r.tokens;
             expose.extend(t.run_id_header.iter().chain(&t.token_header).cloned());
+            if r.resume.as_ref().map(|x| x.dialect) == Some(DialectKind::DurableStreams) {
+                expose.extend(
+                    durable_streams::header::EXPOSED
+                        .iter()
+                        .map(|h| h.to_string()),
+                );
+            }
         }
         expose.extend(conf.expose_headers.iter().cloned());
         let mut base_headers = vec!["content-type".to_string()];

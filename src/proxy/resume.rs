@@ -103,6 +103,9 @@ impl Sidecar {
         let Some(resume) = &route.resume else {
             return Err(ApiError::new(Code::InvalidBody, "route has no dialect"));
         };
+        if resume.dialect == DialectKind::DurableStreams {
+            return self.durable(session, m).await;
+        }
         let body = match session.req_header().method == http::Method::GET {
             true => Bytes::new(),
             false => match read_body(session, s.cfg.recorder.max_body_bytes).await {

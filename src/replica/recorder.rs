@@ -13,7 +13,9 @@ use tokio::sync::{mpsc, watch};
 use super::pipe::lane::Lane;
 use crate::journal::memory::MemoryJournal;
 use crate::journal::raw::{Frame, Seek};
-use crate::journal::{Appended, CursorMiss, Journal, RawRead, Read, SeekBy, SnapshotCapture};
+use crate::journal::{
+    Appended, CursorMiss, Journal, JsonRead, RawRead, Read, SeekBy, SnapshotCapture,
+};
 use crate::record::format::Event;
 use crate::vocab::end::End;
 use crate::vocab::RunId;
@@ -92,6 +94,14 @@ impl Journal for Recorder {
     }
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
         self.0.inner.read_after(after, max)
+    }
+    fn read_json_after(
+        &self,
+        after: u64,
+        max: usize,
+        out: &mut bytes::BytesMut,
+    ) -> Result<JsonRead, CursorMiss> {
+        self.0.inner.read_json_after(after, max, out)
     }
     fn capture(&self) -> SnapshotCapture {
         self.0.inner.capture()

@@ -62,5 +62,7 @@ label_enum! {
         FrameIndex => "frame_index",
         /// Raw frames after the frame whose JSON field equals the cursor.
         JsonCursor => "json_cursor",
+        /// A read-only Durable Stream of the run's events (JSON mode).
+        DurableStreams => "durable_streams",
     }
 }

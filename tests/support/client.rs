@@ -109,7 +109,10 @@ pub async fn request_on(
     let req = request_head(method, path, headers, body.len());
     sock.write_all(req.as_bytes()).await.unwrap();
     sock.write_all(body).await.unwrap();
-    read_head(sock).await
+    let mut r = read_head(sock).await;
+    // A `HEAD` answer has no body, whatever its head says.
+    r.ended |= method == "HEAD";
+    r
 }
 
 /// The head of a request with a `content-length` body.
@@ -185,7 +188,7 @@ impl Resp {
             .header("transfer-encoding")
             .is_some_and(|v| v.contains("chunked"));
         let remaining = head.header("content-length").map(|v| v.parse().unwrap());
-        let ended = !chunked && remaining == Some(0) || head.status == 204;
+        let ended = !chunked && remaining == Some(0) || matches!(head.status, 204 | 304);
         Resp {
             status: head.status,
             headers: head.headers,

@@ -352,3 +352,53 @@ async fn an_id_made_unique_inside_a_burst_resumes_on_the_other_replica_right_aft
     assert_eq!(std::str::from_utf8(&body).unwrap(), concat(&relayed[4..]));
     assert_eq!(be.requests.lock().len(), 1, "the rejoin is not a new turn");
 }
+
+const DURABLE: &str = include_str!("../../../conf/profiles/durable-streams.toml");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_stream_of_a_turn_on_one_replica_is_read_live_on_the_other() {
+    let redis = RedisServer::start();
+    let events = turn(6);
+    let gate = Gate::default();
+    let be = turn_backend(events.clone(), Some((3, gate.clone()))).await;
+    let a = replica(be.addr, &redis, "a", DURABLE).await;
+    let b = replica(be.addr, &redis, "b", DURABLE).await;
+    let body = json!({"chat_id": "c1", "protocol": 1}).to_string();
+    let h = [("content-type", "application/json")];
+    let r = request(a.addr, "POST", "/chat", &h, body.as_bytes()).await;
+    let run = r.header("x-tether-run-id").unwrap().to_string();
+    journaled(&redis, 1, 1).await;
+    // B serves the chat's turn from the start (a catch-up), then an SSE read from its offset.
+    let mut first = request(b.addr, "GET", "/v1/stream/chats/c1?offset=-1", &[], b"").await;
+    assert_eq!(first.status, 200);
+    let next = first.header("stream-next-offset").unwrap().to_string();
+    assert!(next.ends_with(&run), "{next}");
+    let got: Vec<serde_json::Value> = serde_json::from_slice(&first.body_to_end().await).unwrap();
+    let path = format!("/v1/stream/runs/{run}?offset={next}&live=sse");
+    let mut sse = request(b.addr, "GET", &path, &[], b"").await;
+    assert_eq!(sse.status, 200);
+    gate.open();
+    let text = String::from_utf8(sse.body_to_end().await.to_vec()).unwrap();
+    let mut all = got;
+    let mut closed = false;
+    for block in text
+        .split("\n\n")
+        .filter(|b| !b.is_empty() && !b.starts_with(':'))
+    {
+        let (ev, data) = block.split_once('\n').unwrap();
+        let v: serde_json::Value = serde_json::from_str(&data[6..]).unwrap();
+        match ev {
+            "event: data" => all.extend(v.as_array().unwrap().iter().cloned()),
+            _ => closed |= v["streamClosed"] == true,
+        }
+    }
+    assert!(closed);
+    let end = all.pop().unwrap();
+    assert_eq!(
+        all, events,
+        "every event once, in order, through the other replica"
+    );
+    assert_eq!(end["type"], "STREAM_END");
+    assert_eq!(end["persisted"], true);
+    drop(r);
+}
