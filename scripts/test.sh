@@ -60,10 +60,12 @@ cargo build --bin tether
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 
-# 2. The drop-in profiles (conf/profiles/) with the real client libraries: the AI SDK, the
-#    eventsource polyfill, the LangGraph SDK and the OpenAI SDK each resume a cut turn by their
-#    own means through the binary, in front of a scripted backend of their family.
-if [ ! -d scripts/compat/node_modules ]; then
+# 2. The drop-in profiles (conf/profiles/) with the real client libraries: the AI SDK (ai 7, and
+#    ai 5 by the alias ai-v5), the eventsource polyfill, the LangGraph SDK and the OpenAI SDK each
+#    resume a cut turn by their own means through the binary, in front of a scripted backend of
+#    their family. The packages come from the lockfile (`npm ci`), again when the installed ones
+#    no longer match it.
+if ! (cd scripts/compat && [ -d node_modules ] && npm ls --all >/dev/null 2>&1); then
   (cd scripts/compat && npm ci --no-audit --no-fund --loglevel=error)
 fi
 TETHER_BIN="$target/debug/tether" node --test scripts/compat/*.test.mjs
