@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of tether: cargo's (unit, property, integration), the SDK agreement checks (the
-# official SDKs' stream accumulators over the golden fixtures, scripts/sdk/check.sh), then the
-# browser client's unit tests (node's test runner, clients/js/test/unit) and the demo page (also
-# over HTTPS with HTTP/2, with a certificate made by the openssl CLI) and the AG-UI agent in a real
-# browser (Debian's Chromium driven by playwright-core, clients/js/test/browser) against the debug
+# official SDKs' stream accumulators over the golden fixtures, scripts/sdk/check.sh), the drop-in
+# profiles with the real client libraries (scripts/compat: the AI SDK from Node and its React
+# `useChat` in Chromium, eventsource, the LangGraph SDK, the OpenAI SDK), then the browser client's
+# unit tests (node's test runner, clients/js/test/unit) and the demo page (also over HTTPS with
+# HTTP/2, with a certificate made by the openssl CLI) and the AG-UI agent in a real browser
+# (Debian's Chromium driven by playwright-core, clients/js/test/browser), all against the debug
 # `tether` binary.
 # Installs what is missing first, so it works on a fresh machine: cmake and a C compiler (Pingora's
 # zlib-ng build needs cmake; zstd needs a C compiler), Node.js and npm, Chromium, openssl (the
@@ -60,10 +62,15 @@ cargo build --bin tether
 target="${CARGO_TARGET_DIR:-target}"
 case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 
-# 2. The drop-in profiles (conf/profiles/) with the real client libraries: the AI SDK, the
-#    eventsource polyfill, the LangGraph SDK and the OpenAI SDK each resume a cut turn by their
-#    own means through the binary, in front of a scripted backend of their family.
-if [ ! -d scripts/compat/node_modules ]; then
+# 2. The drop-in profiles (conf/profiles/) with the real client libraries: the AI SDK (ai 7, and
+#    ai 5 by the alias ai-v5), the eventsource polyfill, the LangGraph SDK, the OpenAI SDK and the
+#    Durable Streams client each resume a cut turn by their own means through the binary, in front
+#    of a scripted backend of their family; and the AI SDK's React `useChat({resume: true})` (@ai-sdk/react 4 and 2) in a
+#    page bundled with esbuild, in Chromium driven by playwright-core, in front of an AI SDK
+#    backend (`streamText` on the SDK's mock model): a reload mid-turn, two tabs, Stop, a reload
+#    after the end. The packages come from the lockfile (`npm ci`), again when the installed ones
+#    no longer match it.
+if ! (cd scripts/compat && [ -d node_modules ] && npm ls --all >/dev/null 2>&1); then
   (cd scripts/compat && npm ci --no-audit --no-fund --loglevel=error)
 fi
 TETHER_BIN="$target/debug/tether" node --test scripts/compat/*.test.mjs

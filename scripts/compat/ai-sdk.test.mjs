@@ -1,13 +1,15 @@
-// The AI SDK v5 (`ai` npm) resumes through tether's conf/profiles/ai-sdk.toml: a scripted backend
-// that only serves `POST /api/chat` (a UI message stream), a turn cut mid-stream, then the SDK's
-// own DefaultChatTransport.reconnectToStream (what `useChat({resume: true})` calls on mount) and
-// readUIMessageStream build the assistant message: its text must be the backend's text, once.
-// Also what the SDK sees when there is nothing to resume: a completed chat and an unknown one.
+// The AI SDK (`ai` npm: 7, and 5 as the alias `ai-v5`) resumes through tether's
+// conf/profiles/ai-sdk.toml: a scripted backend that only serves `POST /api/chat` (a UI message
+// stream), a turn cut mid-stream, then the SDK's own DefaultChatTransport.reconnectToStream (what
+// `useChat({resume: true})` calls on mount) and readUIMessageStream build the assistant message:
+// its text must be the backend's text, once. Also what the SDK sees when there is nothing to
+// resume: a completed chat and an unknown one. usechat.test.mjs drives `useChat` itself in Chromium.
 
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { DefaultChatTransport, readUIMessageStream } from "ai";
+import * as ai7 from "ai";
+import * as ai5 from "ai-v5";
 
 import { cutPoint, relay, startBackend, startTether, words, writePaced } from "./support.mjs";
 
@@ -63,8 +65,8 @@ after(async () => {
 
 const userMessage = { id: "u1", role: "user", parts: [{ type: "text", text: "Tell me about tether." }] };
 
-/** The last message readUIMessageStream builds from `stream`, and the chunk types it read. */
-async function buildMessage(stream) {
+/** The last message `ai`'s readUIMessageStream builds from `stream`, and the chunk types it read. */
+async function buildMessage(ai, stream) {
   const types = [];
   const counted = stream.pipeThrough(
     new TransformStream({
@@ -75,65 +77,68 @@ async function buildMessage(stream) {
     }),
   );
   let message;
-  for await (const m of readUIMessageStream({ stream: counted })) message = m;
+  for await (const m of ai.readUIMessageStream({ stream: counted })) message = m;
   return { message, types };
 }
 
 const textOf = (m) => m.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
 
-test("a turn cut mid-stream is resumed by reconnectToStream: the whole text, exactly once", async () => {
-  const chatId = "chat-ai-sdk-1";
-  const live = new DefaultChatTransport({ api: `${net.url}/api/chat` });
-  const stream = await live.sendMessages({
-    chatId,
-    messages: [userMessage],
-    trigger: "submit-message",
-    messageId: undefined,
-    abortSignal: new AbortController().signal,
+for (const [name, ai] of [["ai 7", ai7], ["ai 5", ai5]]) {
+  test(`${name}: a turn cut mid-stream is resumed by reconnectToStream: the whole text, exactly once`, async () => {
+    const chatId = `chat-${name.replace(" ", "")}-1`;
+    const postsBefore = backend.requests.length;
+    const live = new ai.DefaultChatTransport({ api: `${net.url}/api/chat` });
+    const stream = await live.sendMessages({
+      chatId,
+      messages: [userMessage],
+      trigger: "submit-message",
+      messageId: undefined,
+      abortSignal: new AbortController().signal,
+    });
+    const cutAfter = cutPoint(8, 40, name);
+    const reader = stream.getReader();
+    const before = [];
+    while (before.length < cutAfter) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, "the turn ended before the cut");
+      before.push(value);
+    }
+    assert.ok(net.cut() >= 1, "the relay had the turn's connection open");
+    await reader.cancel().catch(() => {});
+
+    // What useChat({resume: true}) does on mount, straight to tether.
+    const resumer = new ai.DefaultChatTransport({ api: `${tether.url}/api/chat` });
+    const resumed = await resumer.reconnectToStream({ chatId });
+    assert.ok(resumed, "the chat's run is active, so there is a stream to resume (not 204)");
+    const { message, types } = await buildMessage(ai, resumed);
+    assert.equal(textOf(message), FULL_TEXT, "the resumed message's text is the backend's, exactly once");
+    assert.equal(
+      message.parts.filter((p) => p.type === "reasoning").map((p) => p.text).join(""),
+      REASONING.join(""),
+    );
+    assert.equal(message.id, `msg-${chatId}`, "the message id is the backend's");
+    assert.equal(types.filter((t) => t === "start").length, 1);
+    assert.equal(types.at(-1), "finish", "the replay ends with the backend's finish chunk");
+
+    await Promise.all(turnsDone);
+    assert.deepEqual(
+      backend.requests.slice(postsBefore).filter((r) => r.startsWith("POST")),
+      ["POST /api/chat"],
+      "the backend saw the one turn and no resume",
+    );
+    assert.deepEqual(
+      backend.requests.filter((r) => !r.startsWith("POST")),
+      [],
+      "no GET reached the backend",
+    );
+
+    // The turn is over: reconnecting now is 204, which the SDK reports as null.
+    assert.equal(await resumer.reconnectToStream({ chatId }), null);
   });
-  const cutAfter = cutPoint(8, 40, "ai-sdk");
-  const reader = stream.getReader();
-  const before = [];
-  while (before.length < cutAfter) {
-    const { value, done } = await reader.read();
-    assert.ok(!done, "the turn ended before the cut");
-    before.push(value);
-  }
-  assert.ok(net.cut() >= 1, "the relay had the turn's connection open");
-  await reader.cancel().catch(() => {});
 
-  // What useChat({resume: true}) does on mount, straight to tether.
-  const resumer = new DefaultChatTransport({ api: `${tether.url}/api/chat` });
-  const resumed = await resumer.reconnectToStream({ chatId });
-  assert.ok(resumed, "the chat's run is active, so there is a stream to resume (not 204)");
-  const { message, types } = await buildMessage(resumed);
-  assert.equal(textOf(message), FULL_TEXT, "the resumed message's text is the backend's, exactly once");
-  assert.equal(
-    message.parts.filter((p) => p.type === "reasoning").map((p) => p.text).join(""),
-    REASONING.join(""),
-  );
-  assert.equal(message.id, `msg-${chatId}`, "the message id is the backend's");
-  assert.equal(types.filter((t) => t === "start").length, 1);
-  assert.equal(types.at(-1), "finish", "the replay ends with the backend's finish chunk");
-
-  await Promise.all(turnsDone);
-  assert.deepEqual(
-    backend.requests.filter((r) => r.startsWith("POST")),
-    ["POST /api/chat"],
-    "the backend saw the one turn and no resume",
-  );
-  assert.deepEqual(
-    backend.requests.filter((r) => !r.startsWith("POST")),
-    [],
-    "no GET reached the backend",
-  );
-
-  // The turn is over: reconnecting now is 204, which the SDK reports as null.
-  assert.equal(await resumer.reconnectToStream({ chatId }), null);
-});
-
-test("nothing to resume: an unknown chat is 204, which the SDK reports as null", async () => {
-  const resumer = new DefaultChatTransport({ api: `${tether.url}/api/chat` });
-  assert.equal(await resumer.reconnectToStream({ chatId: "chat-that-never-ran" }), null);
-  assert.ok(!backend.requests.some((r) => r.includes("chat-that-never-ran")), "tether answered it");
-});
+  test(`${name}: nothing to resume: an unknown chat is 204, which the SDK reports as null`, async () => {
+    const resumer = new ai.DefaultChatTransport({ api: `${tether.url}/api/chat` });
+    assert.equal(await resumer.reconnectToStream({ chatId: "chat-that-never-ran" }), null);
+    assert.ok(!backend.requests.some((r) => r.includes("chat-that-never-ran")), "tether answered it");
+  });
+}
