@@ -50,7 +50,7 @@ async function withProfile(profile, handler, fn) {
 test("every profile in conf/profiles loads", async () => {
   const names = readdirSync(path.join(REPO, "conf/profiles")).filter((f) => f.endsWith(".toml"));
   assert.deepEqual(names.sort(), [
-    "ai-sdk.toml", "eventsource.toml", "igraph-v2.toml", "langgraph.toml", "native.toml",
+    "ai-sdk.toml", "durable-streams.toml", "eventsource.toml", "igraph-v2.toml", "langgraph.toml", "native.toml",
     "openai-responses.toml", "preview-agents.toml", "workflows.toml",
   ]);
   for (const name of names) {
