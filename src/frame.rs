@@ -72,25 +72,43 @@ impl EventEncoder {
 
     /// Appends a `STREAM_EVENT` frame carrying `event` (one-line JSON) byte for byte.
     pub fn write(&self, out: &mut BytesMut, seq: u64, event: &[u8]) {
-        let mut n = itoa::Buffer::new();
-        let seq = n.format(seq).as_bytes();
-        out.reserve(self.max_len(event.len()));
-        out.put_slice(&self.id);
-        out.put_slice(seq);
-        out.put_slice(&self.head);
-        out.put_slice(seq);
-        out.put_slice(b",\"event\":");
-        out.put_slice(event);
-        out.put_slice(b"}\n\n");
+        self.write_split(out, seq, event, &[], None);
     }
 
     /// Like [`Self::write`], for an upstream event whose SSE `event:` name differs from its JSON
     /// `type`: the frame also carries `"event_name":<name>` after the event.
     pub fn write_named(&self, out: &mut BytesMut, seq: u64, event: &[u8], name: &[u8]) {
-        self.write(out, seq, event);
-        out.truncate(out.len() - b"}\n\n".len());
-        out.put_slice(b",\"event_name\":");
-        write_json_str(out, &String::from_utf8_lossy(name));
+        self.write_split(out, seq, event, &[], Some(name));
+    }
+
+    /// [`Self::write`] or [`Self::write_named`] of the event whose JSON is `head` then `tail`
+    /// (the replay window keeps an event as a prefix it shares and the rest).
+    pub fn write_split(
+        &self,
+        out: &mut BytesMut,
+        seq: u64,
+        head: &[u8],
+        tail: &[u8],
+        name: Option<&[u8]>,
+    ) {
+        let mut n = itoa::Buffer::new();
+        let seq = n.format(seq).as_bytes();
+        let len = head.len() + tail.len();
+        out.reserve(match name {
+            None => self.max_len(len),
+            Some(name) => self.max_len_named(len, name.len()),
+        });
+        out.put_slice(&self.id);
+        out.put_slice(seq);
+        out.put_slice(&self.head);
+        out.put_slice(seq);
+        out.put_slice(b",\"event\":");
+        out.put_slice(head);
+        out.put_slice(tail);
+        if let Some(name) = name {
+            out.put_slice(b",\"event_name\":");
+            write_json_str(out, &String::from_utf8_lossy(name));
+        }
         out.put_slice(b"}\n\n");
     }
 

@@ -1,15 +1,17 @@
-//! The replay window: a run's last events, their JSON written back to back into blocks, and
-//! encoded as protocol-1 `STREAM_EVENT` frames when read.
+//! The replay window: a run's last events, their JSON written back to back into blocks, each
+//! stored as the length of the prefix it shares with a base event of its block plus the rest,
+//! and encoded as protocol-1 `STREAM_EVENT` frames when read.
 //!
-//! An event costs its JSON (and its SSE `event:` name, when it has one) plus a 24-byte slot.
-//! The frame envelope (`id:` line, `type`, the run id twice, `seq`) is about as long as a token
-//! event's JSON, so keeping the JSON halves the window; a read encodes its frames into one
-//! buffer, which it would otherwise have copied them into. Blocks are freed when the window
-//! slides past all of their events.
+//! Events of one shape share everything up to what changes (a token event's JSON up to its
+//! delta, often further): a block keeps up to [`MAX_BASES`] base events whole, and every other
+//! event of the block as its shared-prefix length against the base it shares most with, plus its
+//! suffix. Reading one event is two slices, whatever the block. An event costs its suffix (and
+//! its SSE `event:` name, when it has one) plus a 20-byte slot. A read encodes its frames into
+//! one buffer. Blocks are freed when the window slides past all of their events.
 //!
-//! Before this, the window kept every frame encoded, each batch its own allocation with a
-//! shared-buffer header, and a 48-byte entry per frame: about 360 bytes a ~100-byte token event.
-//! Pure: no I/O.
+//! Before this, the window kept every event's whole JSON and a 24-byte slot (about 116 bytes of
+//! a ~92-byte token event), and before that every frame encoded, each batch its own allocation
+//! with a shared-buffer header, and a 48-byte entry per frame: about 360 bytes. Pure: no I/O.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -24,16 +26,28 @@ use crate::frame::EventEncoder;
 const MIN_BLOCK: usize = 512;
 /// Largest block allocated for growth (a larger event gets a block of its own size).
 const MAX_BLOCK: usize = 4 * 1024;
+/// Base events a block keeps whole, at most (events of that many shapes share a prefix).
+const MAX_BASES: usize = 4;
+/// A prefix shorter than this is not worth a base's lookups: the event becomes a base itself
+/// while the block has room for one.
+const MIN_SHARED: usize = 16;
+/// The longest prefix an event shares (the slot's width).
+const MAX_SHARED: usize = u16::MAX as usize;
+/// A slot's base when the event is whole.
+const WHOLE: u8 = u8::MAX;
 
 /// Where one event's bytes are, and when it arrived.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
-    /// Offset in its block: the SSE event name (`name` bytes), then the JSON (`len` bytes).
+    /// Offset in its block: the SSE event name (`name` bytes), then the JSON's suffix (`len`
+    /// bytes), the JSON being `shared` bytes of base `base` followed by the suffix.
     off: u32,
     name: u32,
     len: u32,
-    /// Nanoseconds from the window's creation to the event's arrival.
-    at: u64,
+    /// Microseconds from its block's start to the event's arrival.
+    at: u32,
+    shared: u16,
+    base: u8,
 }
 
 /// A block of event bytes: the events from seq `first` up to the next block's first.
@@ -41,6 +55,47 @@ struct Slot {
 struct Block {
     first: u64,
     data: Vec<u8>,
+    /// The whole JSON of each base event: offset and length in `data`.
+    bases: Vec<(u32, u32)>,
+    /// Nanoseconds from the window's creation to the block's first event.
+    start: u64,
+}
+
+impl Block {
+    /// The event of `s`: its name, the prefix it shares with its base, and its suffix.
+    fn parts(&self, s: &Slot) -> (&[u8], &[u8], &[u8]) {
+        let (off, name, len) = (s.off as usize, s.name as usize, s.len as usize);
+        let prefix = match s.base {
+            WHOLE => &[][..],
+            b => {
+                let (boff, _) = self.bases[b as usize];
+                &self.data[boff as usize..boff as usize + s.shared as usize]
+            }
+        };
+        (
+            &self.data[off..off + name],
+            prefix,
+            &self.data[off + name..off + name + len],
+        )
+    }
+
+    /// The base `json` shares the longest prefix with, and that prefix's length.
+    fn best_base(&self, json: &[u8]) -> Option<(u8, usize)> {
+        self.bases
+            .iter()
+            .enumerate()
+            .map(|(i, &(off, len))| {
+                let base = &self.data[off as usize..(off + len) as usize];
+                let n = base
+                    .iter()
+                    .zip(json)
+                    .take(MAX_SHARED)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (i as u8, n)
+            })
+            .max_by_key(|&(_, n)| n)
+    }
 }
 
 /// The last `cap` events of a run, by seq.
@@ -52,7 +107,7 @@ pub struct Window {
     first: u64,
     /// The last block is the one written to.
     blocks: VecDeque<Block>,
-    /// Event bytes in the window.
+    /// Event bytes held for the events in the window (names and suffixes; bases whole).
     bytes: usize,
     next_block: usize,
     base: Instant,
@@ -87,14 +142,17 @@ impl Window {
         self.slots.is_empty()
     }
 
-    /// Bytes of the events kept (JSON and names).
+    /// Bytes held for the events kept: their names and what they do not share with a base.
     pub fn event_bytes(&self) -> usize {
         self.bytes
     }
 
     /// Bytes allocated: the blocks still held (with the last one's spare room) and the slots.
     pub fn allocated(&self) -> usize {
-        self.blocks.iter().map(|b| b.data.capacity()).sum::<usize>()
+        self.blocks
+            .iter()
+            .map(|b| b.data.capacity() + b.bases.capacity() * 8)
+            .sum::<usize>()
             + self.slots.capacity() * std::mem::size_of::<Slot>()
     }
 
@@ -102,32 +160,64 @@ impl Window {
     /// name. Drops the oldest event past the cap.
     pub fn push(&mut self, json: &[u8], name: Option<&[u8]>, at: Instant) {
         let name = name.unwrap_or_default();
-        let need = name.len() + json.len();
         let next = self.first + self.slots.len() as u64;
-        let room = self
-            .blocks
-            .back()
-            .map_or(0, |b| b.data.capacity() - b.data.len());
-        if room < need || self.blocks.is_empty() {
-            let size = self.next_block.max(need);
-            self.next_block = (self.next_block * 2).min(MAX_BLOCK);
-            self.blocks.push_back(Block {
-                first: next,
-                data: Vec::with_capacity(size),
-            });
+        let now = at.saturating_duration_since(self.base).as_nanos() as u64;
+        // Against the current block's bases: how much of `json` it need not store.
+        let fits = |b: &Block, need: usize| {
+            b.data.capacity() - b.data.len() >= need
+                && now.saturating_sub(b.start) / 1_000 <= u32::MAX as u64
+        };
+        let mut shared = None;
+        if let Some(b) = self.blocks.back() {
+            let best = b.best_base(json).filter(|&(_, n)| n > 0);
+            let whole = best.is_none_or(|(_, n)| n < MIN_SHARED) && b.bases.len() < MAX_BASES;
+            let stored = match (whole, best) {
+                (false, Some((_, n))) => json.len() - n,
+                _ => json.len(),
+            };
+            if fits(b, name.len() + stored) {
+                shared = Some(if whole { None } else { best });
+            }
         }
+        let shared = match shared {
+            Some(s) => s,
+            None => {
+                let size = self.next_block.max(name.len() + json.len());
+                self.next_block = (self.next_block * 2).min(MAX_BLOCK);
+                self.blocks.push_back(Block {
+                    first: next,
+                    data: Vec::with_capacity(size),
+                    bases: Vec::new(),
+                    start: now,
+                });
+                None
+            }
+        };
         let Some(block) = self.blocks.back_mut() else {
             return;
         };
         let off = block.data.len();
         block.data.extend_from_slice(name);
-        block.data.extend_from_slice(json);
-        self.bytes += need;
+        let (base, n) = match shared {
+            Some((b, n)) => (b, n),
+            None if block.bases.len() < MAX_BASES => {
+                block
+                    .bases
+                    .push(((off + name.len()) as u32, json.len() as u32));
+                (WHOLE, 0)
+            }
+            None => (WHOLE, 0),
+        };
+        block.data.extend_from_slice(&json[n..]);
+        let stored = name.len() + json.len() - n;
+        self.bytes += stored;
         self.slots.push_back(Slot {
             off: off as u32,
             name: name.len() as u32,
-            len: json.len() as u32,
-            at: at.saturating_duration_since(self.base).as_nanos() as u64,
+            len: (json.len() - n) as u32,
+            at: (now.saturating_sub(block.start) / 1_000) as u32,
+            shared: n as u16,
+            base,
         });
         if self.slots.len() > self.cap {
             self.pop_front();
@@ -164,23 +254,24 @@ impl Window {
         let size: usize = (from..to)
             .map(|seq| {
                 let s = self.slots[(seq - self.first) as usize];
+                let len = s.shared as usize + s.len as usize;
                 match s.name {
-                    0 => encoder.max_len(s.len as usize),
-                    n => encoder.max_len_named(s.len as usize, n as usize),
+                    0 => encoder.max_len(len),
+                    n => encoder.max_len_named(len, n as usize),
                 }
             })
             .sum();
         let mut buf = BytesMut::with_capacity(size);
-        self.walk(from, to, |seq, name, json| {
-            match name.is_empty() {
-                true => encoder.write(&mut buf, seq, json),
-                false => encoder.write_named(&mut buf, seq, json, name),
-            }
+        let mut last = 0;
+        self.walk(from, to, |seq, block, s| {
+            let (name, head, tail) = block.parts(s);
+            let name = (!name.is_empty()).then_some(name);
+            encoder.write_split(&mut buf, seq, head, tail, name);
             // Each frame a slice of the one buffer (the spare room stays with `buf`).
             out.push(buf.split().freeze());
+            last = block.start + s.at as u64 * 1_000;
         });
-        let at = self.slots[(to - 1 - self.first) as usize].at;
-        Some(self.base + Duration::from_nanos(at))
+        Some(self.base + Duration::from_nanos(last))
     }
 
     /// Appends the JSON of up to `max` events from seq `from` on (clamped to [`Self::first`]) to
@@ -194,20 +285,25 @@ impl Window {
             return 0;
         }
         let size: usize = (from..to)
-            .map(|seq| self.slots[(seq - self.first) as usize].len as usize + 1)
+            .map(|seq| {
+                let s = &self.slots[(seq - self.first) as usize];
+                s.shared as usize + s.len as usize + 1
+            })
             .sum();
         out.reserve(size);
-        self.walk(from, to, |_, _, json| {
+        self.walk(from, to, |_, block, s| {
+            let (_, head, tail) = block.parts(s);
             if out.last().is_some_and(|&b| b != b'[') {
                 out.extend_from_slice(b",");
             }
-            out.extend_from_slice(json);
+            out.extend_from_slice(head);
+            out.extend_from_slice(tail);
         });
         (to - from) as usize
     }
 
-    /// Calls `f(seq, name, json)` for each event of seqs `from..to` (both within the window).
-    fn walk(&self, from: u64, to: u64, mut f: impl FnMut(u64, &[u8], &[u8])) {
+    /// Calls `f(seq, block, slot)` for each event of seqs `from..to` (both within the window).
+    fn walk(&self, from: u64, to: u64, mut f: impl FnMut(u64, &Block, &Slot)) {
         let idx = |seq: u64| (seq - self.first) as usize;
         // Blocks cover [blocks[0].first, end) without a hole; walk them along with the seqs.
         let mut b = self
@@ -218,14 +314,7 @@ impl Window {
             while self.blocks.get(b + 1).is_some_and(|n| n.first <= seq) {
                 b += 1;
             }
-            let s = self.slots[idx(seq)];
-            let data = &self.blocks[b].data;
-            let (off, name, len) = (s.off as usize, s.name as usize, s.len as usize);
-            f(
-                seq,
-                &data[off..off + name],
-                &data[off + name..off + name + len],
-            );
+            f(seq, &self.blocks[b], &self.slots[idx(seq)]);
         }
     }
 }
