@@ -22,10 +22,10 @@ use tokio::time::Instant;
 use crate::frame::EventEncoder;
 
 /// The first block of a run; blocks double up to [`MAX_BLOCK`], so a short run holds little
-/// and a long one few blocks.
-const MIN_BLOCK: usize = 512;
+/// and a long one few blocks. The last block's spare room is most of a run's slack.
+const MIN_BLOCK: usize = 256;
 /// Largest block allocated for growth (a larger event gets a block of its own size).
-const MAX_BLOCK: usize = 4 * 1024;
+const MAX_BLOCK: usize = 2 * 1024;
 /// Base events a block keeps whole, at most (events of that many shapes share a prefix).
 const MAX_BASES: usize = 4;
 /// A prefix shorter than this is not worth a base's lookups: the event becomes a base itself

@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 use tokio::time::Instant;
 
-use super::{Window, MAX_BLOCK};
+use super::{Slot, Window, MAX_BLOCK};
 use crate::frame::EventEncoder;
 use crate::vocab::RunId;
 
@@ -145,6 +145,11 @@ fn blocks_are_freed_once_the_window_slides_past_them() {
     assert_eq!(w.len(), 10);
     assert!(w.blocks.len() <= 3, "{} blocks kept", w.blocks.len());
     assert!(w.allocated() < 3 * MAX_BLOCK + 16 * 24, "{}", w.allocated());
+}
+
+#[test]
+fn a_slot_is_twenty_bytes() {
+    assert_eq!(std::mem::size_of::<Slot>(), 20);
 }
 
 #[test]
