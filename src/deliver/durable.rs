@@ -53,7 +53,8 @@ pub enum Miss {
     Ahead,
 }
 
-fn empty(after: u64, closed: bool) -> Chunk {
+/// The chunk with no message after `after`: up to date, and closed at the end of an ended run.
+pub fn empty(after: u64, closed: bool) -> Chunk {
     Chunk {
         body: Bytes::from_static(b"[]"),
         after,

@@ -10,7 +10,7 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use rand::Rng;
 
-use super::resume::Lookup;
+use super::resume::{sse_header, Lookup};
 use super::session::{header_value, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
 use crate::deliver::durable::{self, Chunk, Miss, SseOptions};
@@ -193,13 +193,7 @@ impl Sidecar {
                 return self.write_head(session, h, Some(c.body)).await;
             }
             Ok(Some(c)) => c,
-            Ok(None) => Chunk {
-                body: Bytes::new(),
-                after,
-                next: after,
-                up_to_date: true,
-                closed: false,
-            },
+            Ok(None) => durable::empty(after, false),
             Err(miss) => return Err(self.missed(miss)),
         };
         s.metrics.attach.inc(
@@ -222,17 +216,10 @@ impl Sidecar {
         after: u64,
     ) -> Handled {
         let s = &self.shared;
-        if run.observers() >= s.cfg.limits.max_observers_per_run {
-            return Err(ApiError::new(
-                Code::TooManyObservers,
-                "this run has as many readers as it may",
-            ));
-        }
+        self.room_for_reader(run)?;
         // Check the offset before the `200` goes out.
         self.chunk(run, after)?;
-        let mut h = head(200)?;
-        set(&mut h, "content-type", "text/event-stream");
-        set(&mut h, "cache-control", "no-cache");
+        let mut h = sse_header()?;
         s.cors.own(session.req_header(), &mut h);
         if session
             .write_response_header(Box::new(h), false)

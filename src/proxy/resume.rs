@@ -260,12 +260,7 @@ impl Sidecar {
         owner: &Owner,
     ) -> Handled {
         let s = &self.shared;
-        if run.observers() >= s.cfg.limits.max_observers_per_run {
-            return Err(ApiError::new(
-                Code::TooManyObservers,
-                "this run has as many readers as it may",
-            ));
-        }
+        self.room_for_reader(run)?;
         let result = match plan {
             Plan::Render => AttachResult::Snapshot,
             Plan::From(_) => AttachResult::Replay,
@@ -304,6 +299,17 @@ impl Sidecar {
         }
     }
 
+    /// `429 too_many_observers` when the run already has `max_observers_per_run` readers.
+    pub(crate) fn room_for_reader(&self, run: &Run) -> Result<(), ApiError> {
+        match run.observers() >= self.shared.cfg.limits.max_observers_per_run {
+            true => Err(ApiError::new(
+                Code::TooManyObservers,
+                "this run has as many readers as it may",
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// Adds the run id and a fresh resume token, when the run's record route hands them out.
     pub(crate) fn add_token_headers(&self, header: &mut ResponseHeader, run: &Run, owner: &Owner) {
         let Some(tokens) = run.tokens() else {
@@ -321,8 +327,9 @@ impl Sidecar {
     }
 }
 
-/// A plain SSE response header, for a run whose upstream header is unknown.
-fn sse_header() -> Result<ResponseHeader, ApiError> {
+/// A plain SSE response header, for a run whose upstream header is unknown (and a Durable
+/// Streams SSE read).
+pub(super) fn sse_header() -> Result<ResponseHeader, ApiError> {
     let build = || -> pingora_core::Result<ResponseHeader> {
         let mut h = ResponseHeader::build(200, Some(3))?;
         h.insert_header("content-type", "text/event-stream")?;

@@ -3,27 +3,13 @@
 
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::*;
-use crate::deliver::observer::ClientGone;
+use crate::deliver::collect::Collect;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
-
-struct Collect(Vec<u8>);
-
-#[async_trait]
-impl Sink for Collect {
-    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
-        self.0.extend_from_slice(&data);
-        Ok(())
-    }
-    async fn closed(&mut self) {
-        std::future::pending::<()>().await
-    }
-}
 
 fn push(run: &Run, n: u64) {
     let data = format!(r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"{n}"}}"#);

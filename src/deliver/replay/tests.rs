@@ -1,25 +1,11 @@
 //! Tests of the verbatim write loop over an in-memory run with a raw record.
 
 use super::*;
-use crate::deliver::observer::ClientGone;
+use crate::deliver::collect::Collect;
 use crate::journal::raw::Frame;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
-use async_trait::async_trait;
 use bytes::Bytes;
-
-struct Collect(Vec<u8>);
-
-#[async_trait]
-impl Sink for Collect {
-    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
-        self.0.extend_from_slice(&data);
-        Ok(())
-    }
-    async fn closed(&mut self) {
-        std::future::pending::<()>().await
-    }
-}
 
 fn push(run: &Run, n: u64) {
     let data = format!(r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"{n}"}}"#);
