@@ -258,8 +258,8 @@ fn flags_secret() -> Option<String> {
 }
 
 /// The raw record, when a route reads raw frames: a resume route of a verbatim dialect (or
-/// `from_start`, whose live tail is raw; not `durable_streams`, which reads the window), a record route with `resume_on`, injected ids or ids
-/// made unique.
+/// `from_start`, whose live tail is raw; not `durable_streams`, which reads the window), a
+/// record route with `resume_on`, injected ids or ids made unique.
 fn raw_record(routes: &[Route], cap: usize) -> Result<Option<RawRecord>, ConfigError> {
     let mut field: Option<&str> = None;
     let mut needed = false;
