@@ -24,6 +24,9 @@ pub struct Seen {
     pub first_byte: Option<Instant>,
     /// Delivery delays in nanoseconds (when asked for).
     pub delays: Vec<u64>,
+    /// Only events with an index above this count in `delays` (a reader that attached while
+    /// others were still attaching skips the events of that burst).
+    pub delays_after: u64,
     /// `run_id` of protocol-1 frames.
     pub run_id: Option<String>,
     /// Replacement snapshots received after the first frame (slow-reader resets).
@@ -50,6 +53,8 @@ pub struct Conn {
     state: Chunk,
     pub status: u16,
     content_length: Option<usize>,
+    /// Body bytes that came with the response head, not yet counted in a `Seen`.
+    uncounted: usize,
 }
 
 /// Sends a request on a fresh connection and reads the response head.
@@ -87,7 +92,9 @@ pub async fn open(
         .find_map(|l| l.strip_prefix("content-length:"))
         .and_then(|v| v.trim().parse().ok());
     raw.advance(end + 4);
+    let uncounted = raw.len();
     Ok(Conn {
+        uncounted,
         sock,
         raw,
         body: BytesMut::with_capacity(64 * 1024),
@@ -117,6 +124,7 @@ impl Conn {
     /// Reads once from the socket and scans every complete event. Returns false at the end of
     /// the body or the connection.
     pub async fn read_some(&mut self, seen: &mut Seen, delays: bool) -> bool {
+        seen.bytes += std::mem::take(&mut self.uncounted) as u64;
         if matches!(self.state, Chunk::Done) {
             return false;
         }
@@ -302,7 +310,7 @@ impl Conn {
                     }
                     seen.last_i = i;
                     seen.events += 1;
-                    if delays {
+                    if delays && i > seen.delays_after {
                         if let Some(t) = number_after(event, ft) {
                             seen.delays.push(now_ns().saturating_sub(t));
                         }

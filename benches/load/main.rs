@@ -4,7 +4,8 @@
 //! `cargo bench --bench load` runs every scenario; `cargo bench --bench load -- --quick` runs
 //! shorter ones; `-- --only 1,4` picks scenarios, `-- --only soak` (or 9) the soak, sized by
 //! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`), and `-- --only tls`
-//! (or 10) TLS against plain (see `tls.rs`); `--s3-big N` sets the stream count of scenario 3's
+//! (or 10) TLS against plain (see `tls.rs`), `-- --only fanout` (11) and `-- --only catchup` (12)
+//! many readers of one run (see `readers.rs`); `--s3-big N` sets the stream count of scenario 3's
 //! second phase (10,000, or 2,000 with `--quick`; 0 skips it).
 //! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a
 //! table and writes `target/load-report.json`.
@@ -18,6 +19,7 @@ mod dialects;
 mod journal;
 mod plot;
 mod producer;
+mod readers;
 mod recovery;
 mod scenarios;
 mod sched;
@@ -142,6 +144,8 @@ fn main() {
                 .filter_map(|n| match n.trim() {
                     "soak" => Some(soak::SCENARIO),
                     "tls" => Some(tls::SCENARIO),
+                    "fanout" => Some(readers::FANOUT),
+                    "catchup" => Some(readers::CATCH_UP),
                     n => n.parse().ok(),
                 })
                 .collect()

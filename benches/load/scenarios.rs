@@ -442,6 +442,19 @@ pub async fn all(
     if want(crate::tls::SCENARIO) {
         add(&mut rows, crate::tls::run(bin, &p, quick).await);
     }
+    if want(crate::readers::FANOUT) {
+        let secs = if quick { 4 } else { 10 };
+        add(
+            &mut rows,
+            crate::readers::fanout(bin, &p, &[1, 10, 100, 1_000], secs).await,
+        );
+    }
+    if want(crate::readers::CATCH_UP) {
+        add(
+            &mut rows,
+            crate::readers::catch_up(bin, &p, 1_000, &[200, 2_000]).await,
+        );
+    }
     rows
 }
 
@@ -463,10 +476,22 @@ pub async fn smoke(bin: &str) -> Vec<Row> {
         "smoke stream: {} of {n}",
         seen.events
     );
-    vec![Row {
+    let mut rows = vec![Row {
         scenario: "smoke".into(),
         target: "tether",
         figures: vec![("events_per_s", n as f64 / t.elapsed().as_secs_f64())],
         notes: "exactly once".into(),
-    }]
+    }];
+    // Scenario 12's path, small: ten clients read a completed run from cursor 0 at once.
+    let catch_up = crate::readers::catch_up(bin, &p, 10, &[50]).await;
+    for r in &catch_up {
+        assert!(
+            r.get("clients_complete").is_some() && !r.notes.contains("BROKEN"),
+            "smoke catch-up: {} {}",
+            r.scenario,
+            r.notes
+        );
+    }
+    rows.extend(catch_up);
+    rows
 }
