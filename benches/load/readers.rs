@@ -2,14 +2,15 @@
 //! 1,000 observers), and scenario 12, catch-up (1,000 clients reading a completed run from
 //! cursor 0 at once). Both put a single reader beside the crowd in the same run as the baseline.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
 use crate::client::{self, Seen};
 use crate::producer::Producer;
-use crate::scenarios::{contention, percentile, request, stream, Via, KIB_PAD, TOKEN_PAD};
+use crate::scenarios::{
+    contention, percentile, read_response, request, stream, Via, KIB_PAD, TOKEN_PAD,
+};
 use crate::sched::{self, Machine};
 use crate::targets::{self, Hop};
 use crate::Row;
@@ -24,31 +25,6 @@ const FANOUT_RATE: u64 = 50;
 /// Events of scenario 11's run that arrive while its observers attach; their deliveries are not
 /// counted (2 s at 50 events/s).
 const ATTACH_EVENTS: u64 = 100;
-
-/// Reads an attach response to its end.
-async fn attach(addr: SocketAddr, body: String, delays_after: Option<u64>) -> (Seen, Instant) {
-    let mut seen = Seen {
-        delays_after: delays_after.unwrap_or(0),
-        ..Seen::default()
-    };
-    match client::open(addr, "POST", "/chat/live", body.as_bytes()).await {
-        Ok(mut c) if c.status == 200 => {
-            let head = Instant::now();
-            while c.read_some(&mut seen, delays_after.is_some()).await {}
-            (seen, head)
-        }
-        Ok(c) => {
-            seen.broken = true;
-            seen.failure = Some(format!("status {}", c.status));
-            (seen, Instant::now())
-        }
-        Err(e) => {
-            seen.broken = true;
-            seen.failure = Some(e.to_string());
-            (seen, Instant::now())
-        }
-    }
-}
 
 /// Scenario 11: one run at 50 events/s for `secs`, followed live by each count of `observers`
 /// (a fresh run for each count); the direct row is one client of the producer at the same rate.
@@ -82,7 +58,12 @@ async fn fanout_once(tether: &Hop, query: &str, n: u64, k: usize) -> Row {
     // The requester reads the run too (the writer's own response); its deliveries are not
     // counted. The observers attach once its first event arrived.
     let Ok(mut origin) = client::open(a, "POST", &path, &body).await else {
-        return broken_row(k, "no run");
+        return Row {
+            scenario: format!("11 fan-out {k}"),
+            target: "tether",
+            notes: "BROKEN: no run".into(),
+            ..Row::default()
+        };
     };
     let mut first = Seen::default();
     origin
@@ -95,7 +76,13 @@ async fn fanout_once(tether: &Hop, query: &str, n: u64, k: usize) -> Row {
         .map(|_| {
             let body = body.clone();
             let addr = tether.addr;
-            tokio::spawn(async move { attach(addr, body, Some(ATTACH_EVENTS)).await })
+            let seen = Seen {
+                delays_after: ATTACH_EVENTS,
+                ..Seen::default()
+            };
+            tokio::spawn(async move {
+                read_response(addr, "/chat/live", body.as_bytes(), true, seen).await
+            })
         })
         .collect();
     let mut delays = Vec::new();
@@ -158,15 +145,6 @@ fn delay_row(
     }
 }
 
-fn broken_row(k: usize, why: &str) -> Row {
-    Row {
-        scenario: format!("11 fan-out {k}"),
-        target: "tether",
-        notes: format!("BROKEN: {why}"),
-        ..Row::default()
-    }
-}
-
 /// Scenario 12: a completed run of each of `lengths` events of 1 KiB, read from cursor 0 by one
 /// client alone, then by `clients` at once; every client must get every event once, in order,
 /// and the end.
@@ -209,7 +187,9 @@ async fn catch_up_once(tether: &Hop, body: &str, n: u64, k: usize) -> Row {
             let body = body.to_string();
             let addr = tether.addr;
             tokio::spawn(async move {
-                let (seen, head) = attach(addr, body, None).await;
+                let (seen, head) =
+                    read_response(addr, "/chat/live", body.as_bytes(), false, Seen::default())
+                        .await;
                 (seen, head, Instant::now())
             })
         })

@@ -55,9 +55,26 @@ pub(crate) fn request(
 
 /// One stream, read to its end.
 pub(crate) async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bool) -> Seen {
-    let mut seen = Seen::default();
+    read_response(addr, path, body, delays, Seen::default())
+        .await
+        .0
+}
+
+/// One stream, read to its end into `seen`, and when its response head arrived (when the
+/// request failed: when it failed).
+pub(crate) async fn read_response(
+    addr: SocketAddr,
+    path: &str,
+    body: &[u8],
+    delays: bool,
+    mut seen: Seen,
+) -> (Seen, Instant) {
     match client::open(addr, "POST", path, body).await {
-        Ok(mut c) if c.status == 200 => while c.read_some(&mut seen, delays).await {},
+        Ok(mut c) if c.status == 200 => {
+            let head = Instant::now();
+            while c.read_some(&mut seen, delays).await {}
+            return (seen, head);
+        }
         Ok(c) => {
             seen.broken = true;
             seen.failure = Some(format!("status {}", c.status));
@@ -67,7 +84,7 @@ pub(crate) async fn stream(addr: SocketAddr, path: &str, body: &[u8], delays: bo
             seen.failure = Some(e.to_string());
         }
     }
-    seen
+    (seen, Instant::now())
 }
 
 pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
