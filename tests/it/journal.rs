@@ -422,3 +422,15 @@ async fn single_flight_refuses_a_second_turn_on_the_other_replica_while_the_run_
     })
     .await;
 }
+
+/// The harness's own Redis survives a port taken between picking it and redis-server binding
+/// it (another test's connection can get it): redis-server exits, and the next pick is used.
+#[test]
+fn a_test_redis_whose_port_was_taken_starts_on_the_next_one_picked() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    let mut first = Some(taken_port);
+    let redis = RedisServer::start_on(|| (first.take().unwrap_or_else(free_port), Vec::new()));
+    assert_ne!(redis.port, taken_port);
+    assert_eq!(redis.query::<String>(&["PING"]), "PONG");
+}

@@ -30,7 +30,7 @@ pub use client::{close_with_rst, parse_head, post, request, request_on, try_requ
 pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use https::{https1, tls_connect, H2Resp, H2};
-pub use redis::{JournalRedis, RedisCluster, RedisServer};
+pub use redis::{free_port, JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};
 pub use tls::{toml_path, Issued, TestCa, TlsFront, TlsRedis, TlsRedisCluster};

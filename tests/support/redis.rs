@@ -36,18 +36,28 @@ fn pong(port: u16) -> bool {
 impl RedisServer {
     /// Starts redis-server on a free port and waits until it answers.
     pub fn start() -> Self {
-        Self::with_args(free_port(), Vec::new())
+        Self::start_on(|| (free_port(), Vec::new()))
     }
 
-    /// Starts redis-server on `port` with extra `args` and waits until it answers.
-    pub fn with_args(port: u16, args: Vec<String>) -> Self {
-        let mut r = RedisServer {
-            port,
-            child: None,
-            args,
-        };
-        r.restart();
-        r
+    /// Starts redis-server on the port and with the extra arguments `pick` gives, and waits
+    /// until it answers. A port is free when it is picked, but another process can take it
+    /// before redis-server binds it (redis-server then exits): `pick` is asked again, up to five
+    /// times.
+    pub fn start_on(mut pick: impl FnMut() -> (u16, Vec<String>)) -> Self {
+        let mut why = String::new();
+        for _ in 0..5 {
+            let (port, args) = pick();
+            let mut r = RedisServer {
+                port,
+                child: None,
+                args,
+            };
+            match r.launch() {
+                Ok(()) => return r,
+                Err(e) => why = e,
+            }
+        }
+        panic!("redis-server did not start: {why}");
     }
 
     /// `redis://127.0.0.1:<port>`
@@ -57,6 +67,14 @@ impl RedisServer {
 
     /// Starts the server (again, empty) on its port and waits until it answers `PING`.
     pub fn restart(&mut self) {
+        if let Err(why) = self.launch() {
+            panic!("redis-server did not start: {why}");
+        }
+    }
+
+    /// Starts the server on its port and waits until it answers `PING`; `Err` when it exited
+    /// first (its port taken) or did not answer within 10 s.
+    fn launch(&mut self) -> Result<(), String> {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
@@ -65,14 +83,21 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is installed (scripts/test.sh installs it)");
-        self.child = Some(child);
+        let child = self.child.insert(child);
         // redis-server has no readiness signal but answering: poll PING, for 10 s at most.
         let mut tries = 0;
         while !pong(self.port) {
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(format!("it exited ({status}) on port {}", self.port));
+            }
             tries += 1;
-            assert!(tries < 1000, "redis-server did not start");
+            if tries >= 1000 {
+                return Err(format!("no answer on port {} within 10 s", self.port));
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
+        Ok(())
     }
 
     /// Runs one command through the `redis` crate's blocking client (a test's look inside).
@@ -162,19 +187,21 @@ impl RedisCluster {
         std::fs::create_dir_all(&dir).unwrap();
         let nodes: Vec<RedisServer> = (0..3)
             .map(|_| {
-                let port = free_port();
-                let conf = dir.join(format!("nodes-{port}.conf"));
-                let args = [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    conf.to_str().unwrap(),
-                    "--cluster-port",
-                    &free_port().to_string(),
-                ];
-                let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-                args.extend(extra());
-                RedisServer::with_args(port, args)
+                RedisServer::start_on(|| {
+                    let port = free_port();
+                    let conf = dir.join(format!("nodes-{port}.conf"));
+                    let args = [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        conf.to_str().unwrap(),
+                        "--cluster-port",
+                        &free_port().to_string(),
+                    ];
+                    let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                    args.extend(extra());
+                    (port, args)
+                })
             })
             .collect();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];

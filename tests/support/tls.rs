@@ -212,22 +212,25 @@ impl TlsRedis {
     /// another CA to see them refuse). With `client`, Redis requires a client certificate of
     /// `ca` and the replicas present `client`.
     pub fn start(ca: &TestCa, cert: &Issued, trusted: &TestCa, client: Option<&Issued>) -> Self {
-        let tls_port = super::redis::free_port();
-        let args = [
-            "--tls-port",
-            &tls_port.to_string(),
-            "--tls-cert-file",
-            &toml_path(&cert.cert_pem),
-            "--tls-key-file",
-            &toml_path(&cert.key_pem),
-            "--tls-ca-cert-file",
-            &toml_path(&ca.pem),
-            "--tls-auth-clients",
-            if client.is_some() { "yes" } else { "no" },
-        ]
-        .map(str::to_string)
-        .to_vec();
-        let server = super::RedisServer::with_args(super::redis::free_port(), args);
+        let server = super::RedisServer::start_on(|| {
+            let args = [
+                "--tls-port",
+                &super::redis::free_port().to_string(),
+                "--tls-cert-file",
+                &toml_path(&cert.cert_pem),
+                "--tls-key-file",
+                &toml_path(&cert.key_pem),
+                "--tls-ca-cert-file",
+                &toml_path(&ca.pem),
+                "--tls-auth-clients",
+                if client.is_some() { "yes" } else { "no" },
+            ]
+            .map(str::to_string)
+            .to_vec();
+            (super::redis::free_port(), args)
+        });
+        let kv: Vec<String> = server.query(&["CONFIG", "GET", "tls-port"]);
+        let tls_port: u16 = kv[1].parse().unwrap();
         let mut toml = format!(
             "url = \"rediss://localhost:{tls_port}\"\nca = \"{}\"\n",
             toml_path(&trusted.pem)
@@ -277,10 +280,8 @@ pub struct TlsRedisCluster {
 impl TlsRedisCluster {
     /// Starts the three nodes; `cert` must name `127.0.0.1`, the address the nodes announce.
     pub fn start(ca: &TestCa, cert: &Issued) -> Self {
-        let ports = std::cell::RefCell::new(Vec::new());
         let cluster = super::RedisCluster::start_with(|| {
             let tls_port = super::redis::free_port();
-            ports.borrow_mut().push(tls_port);
             [
                 "--tls-port",
                 &tls_port.to_string(),
@@ -298,10 +299,13 @@ impl TlsRedisCluster {
             .map(str::to_string)
             .to_vec()
         });
-        let seeds: Vec<String> = ports
-            .into_inner()
+        let seeds: Vec<String> = cluster
+            .nodes
             .iter()
-            .map(|p| format!("rediss://127.0.0.1:{p}"))
+            .map(|n| {
+                let kv: Vec<String> = n.query(&["CONFIG", "GET", "tls-port"]);
+                format!("rediss://127.0.0.1:{}", kv[1])
+            })
             .collect();
         let toml = format!(
             "cluster = true\nurl = \"{}\"\nca = \"{}\"\n",
