@@ -177,7 +177,10 @@ impl Sidecar {
         };
         // The parsed body is not needed past here; this future lives as long as the stream.
         req.body = None;
-        if let Some(handled) = self.resume_on(session, route, &owner, &req.chat_id).await {
+        // The rare branches' futures are boxed (here and below): inline, the largest of them
+        // would size this future, which lives as long as the stream, for every turn.
+        if let Some(handled) = Box::pin(self.resume_on(session, route, &owner, &req.chat_id)).await
+        {
             return handled;
         }
         let request_aliases = self.request_aliases(session, m, &body);
@@ -205,7 +208,7 @@ impl Sidecar {
             // Another replica's live run of the chat counts too: the journal brings it here as
             // a mirror first (best effort: a run whose go-live has not reached Redis yet, a
             // few milliseconds, is not seen).
-            j.sync_chat(&scope, owner, None).await;
+            Box::pin(j.sync_chat(&scope, owner, None)).await;
         }
         let key = self.idempotency_key(session, m, &body);
         let hash = body_hash(&body);
@@ -219,9 +222,10 @@ impl Sidecar {
                     body: hash,
                     legacy: !req.protocol1,
                 };
-                match self
-                    .register_retry(session, route, &scope, owner, &run_id, admit, retry)
-                    .await
+                match Box::pin(
+                    self.register_retry(session, route, &scope, owner, &run_id, admit, retry),
+                )
+                .await
                 {
                     Ok(p) => Ok(p),
                     Err(answered) => return answered,
@@ -306,7 +310,7 @@ impl Sidecar {
         match head.await {
             Err(_) | Ok(Head::Failed(_)) => Err(unreachable()),
             Ok(Head::Relay { header, upstream }) => {
-                Ok(relay_upstream(session, s, header, upstream).await)
+                Ok(Box::pin(relay_upstream(session, s, header, upstream)).await)
             }
             Ok(Head::Live {
                 run,
@@ -320,7 +324,7 @@ impl Sidecar {
                 self.add_token_headers(&mut header, &run, &owner);
                 s.cors.own(session.req_header(), &mut header);
                 let limit = Some(s.cfg.server.write_timeout.0);
-                Ok(relay(session, header, &mut Source::Tee(tee), limit).await)
+                Ok(Box::pin(relay(session, header, &mut Source::Tee(tee), limit)).await)
             }
             Ok(Head::Live { run, guard, .. }) if from_raw => {
                 // The reader counts itself in from here on.

@@ -409,6 +409,17 @@ pub(crate) async fn forward_unrecorded(
     session: &mut Session,
     body: Bytes,
 ) -> std::result::Result<(u16, Reply), ApiError> {
+    // Boxed: the handlers that may forward await this in a branch of their own, and the
+    // exchange's state inline would size each of their futures (alive for a whole stream).
+    Box::pin(forward(s, session, body)).await
+}
+
+/// [`forward_unrecorded`]'s body, run boxed.
+async fn forward(
+    s: &Shared,
+    session: &mut Session,
+    body: Bytes,
+) -> std::result::Result<(u16, Reply), ApiError> {
     let up = match s.upstream.open(session.req_header(), &body, None).await {
         Ok(u) => u,
         Err(e) => {

@@ -265,7 +265,9 @@ async fn secure(tcp: TcpStream, policy: &Policy) -> Option<Stream> {
     let Some(tls) = &policy.tls else {
         return Some(Box::new(L4Stream::from(tcp)));
     };
-    match tokio::time::timeout(policy.header_timeout, tls.handshake(tcp)).await {
+    // Boxed: a TLS handshake's state is kilobytes, and inline it would size every connection's
+    // task for its whole life, plain ones included.
+    match tokio::time::timeout(policy.header_timeout, Box::pin(tls.handshake(tcp))).await {
         Ok(Ok(s)) => Some(s),
         Ok(Err(e)) => {
             debug!("TLS handshake with a client failed: {e}");
@@ -338,7 +340,8 @@ async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, e: &ApiEr
         s.write_all(&answer).await?;
         s.flush().await?;
         s.shutdown().await?;
-        let mut sink = [0u8; 4096];
+        // On the heap: an array here would be part of the future, so of every connection's task.
+        let mut sink = vec![0u8; 4096];
         let mut left = LINGER_BYTES;
         loop {
             let n = s.read(&mut sink).await?;
@@ -456,7 +459,10 @@ where
                 );
             }
         }
-        session.set_pipelined_prefix(std::mem::take(&mut buf));
+        // The session keeps the buffer holding its head for as long as it lasts (a stream, for
+        // minutes), so it gets a copy of just the bytes read, not the read buffer's room.
+        session.set_pipelined_prefix(BytesMut::from(&buf[..]));
+        buf = BytesMut::new();
         let Some(reused) = app.process_new_http(session, &shutdown).await else {
             return;
         };

@@ -1,4 +1,5 @@
-//! The request-head scan, the rate-limited log line and the refusal answer.
+//! The request-head scan, the rate-limited log line, the refusal answer, and the size of a
+//! connection's futures.
 
 use std::time::Duration;
 
@@ -90,4 +91,39 @@ fn a_refusal_is_a_whole_json_answer_that_closes_the_connection() {
     );
     let v: serde_json::Value = serde_json::from_str(body).unwrap();
     assert_eq!(v["error"], "too_many_connections");
+}
+
+/// A connection's task lives as long as its stream (minutes, for a chat turn) and holds these
+/// futures inline; at 10,000 streams each kilobyte here is 10 MB. Kept small by boxing the TLS
+/// handshake and keeping the refusal's read buffer on the heap.
+#[tokio::test]
+async fn a_connections_futures_hold_no_handshake_or_buffer_inline() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (tcp, _) = listener.accept().await.unwrap();
+    let policy = super::Policy {
+        header_timeout: Duration::from_secs(5),
+        keepalive_timeout: Duration::from_secs(5),
+        max_head_bytes: 8192,
+        max_connections: usize::MAX,
+        metrics: None,
+        tls: None,
+    };
+    let handshake = super::secure(tcp, &policy);
+    assert!(
+        std::mem::size_of_val(&handshake) <= 512,
+        "secure(): {} bytes",
+        std::mem::size_of_val(&handshake)
+    );
+    let stream = handshake.await.unwrap();
+    let app = std::sync::Arc::new(crate::server::demo::Demo::new(Default::default()));
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    let serving = super::serve(app, stream, &policy, rx);
+    assert!(
+        std::mem::size_of_val(&serving) <= 2048,
+        "serve(): {} bytes",
+        std::mem::size_of_val(&serving)
+    );
+    drop((serving, client));
 }
