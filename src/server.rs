@@ -6,11 +6,13 @@
 //! Pingora's `Server`, so that listeners can bind port 0 (tests learn the address), several
 //! sidecars can run in one process, client connections get a header deadline, an idle timeout
 //! and a cap, and a drain ends as soon as the last run has ended rather than after a fixed grace
-//! period.
+//! period. On the proxy listener, requests for tether's own routes skip `HttpProxy` and go
+//! straight to their handlers ([`front`]), so a stream does not carry a pass-through's state.
 
 pub mod admin;
 pub mod conn;
 pub mod demo;
+pub mod front;
 mod small_app;
 pub mod tls;
 
@@ -165,7 +167,10 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let mut options = pingora_core::apps::HttpServerOptions::default();
     options.h2_idle_timeout = Some(shared.cfg.server.keepalive_timeout.0);
     proxy.server_options = Some(options);
-    let proxy = Arc::new(proxy);
+    let proxy = Arc::new(front::Front::new(
+        Arc::new(proxy),
+        Sidecar::new(shared.clone()),
+    ));
     let max_connections = shared
         .cfg
         .server

@@ -38,6 +38,9 @@ impl Admin {
     }
 }
 
+/// Claims no request: each goes to `process_new_http`.
+impl crate::server::conn::Shortcut for Admin {}
+
 #[async_trait]
 impl HttpServerApp for Admin {
     /// Runs once per request on the admin listener.

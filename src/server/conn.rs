@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use bytes::BytesMut;
 use log::{debug, warn};
-use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora_core::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
 use pingora_core::protocols::Stream;
@@ -198,7 +199,7 @@ pub async fn accept_loop<A>(
     mut stop: watch::Receiver<bool>,
     shutdown: watch::Receiver<bool>,
 ) where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: Shortcut + Send + Sync + 'static,
 {
     let policy = Arc::new(policy);
     let mut failures = LogLimiter::new(ACCEPT_LOG_EVERY);
@@ -409,11 +410,58 @@ async fn read_head(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant, m
     }
 }
 
+/// An app that may answer some HTTP/1.1 requests itself instead of through
+/// `process_new_http`, chosen from each request head's bytes: the proxy listener's
+/// ([`super::front::Front`]) answers tether's own routes so. The admin and demo apps claim none.
+#[async_trait]
+pub trait Shortcut: HttpServerApp + Send + Sync {
+    /// Runs once per HTTP/1.1 request, on its whole head's bytes before anything parses them:
+    /// whether [`Self::serve_own`] answers it. Default: `false` (every request goes to
+    /// `process_new_http`).
+    fn claims(&self, _head: &[u8]) -> bool {
+        false
+    }
+
+    /// Runs for each claimed request, with a session over the connection whose head is still
+    /// to be parsed (it is all buffered); returns the connection when it can take another
+    /// request. Default: ends the connection (no request is claimed by default).
+    async fn serve_own(
+        self: &Arc<Self>,
+        _session: pingora_proxy::Session,
+        _shutdown: &watch::Receiver<bool>,
+    ) -> Option<ReusedHttpStream> {
+        None
+    }
+}
+
+/// Sets up a request's session: the previous request's connection settings on a reused
+/// connection (else keep-alive, unless a drain began, and the app's reuse limit), and the bytes
+/// already read as the start of the request.
+fn prepare<A: HttpServerApp>(
+    session: &mut ServerSession,
+    app: &A,
+    settings: Option<HttpPersistentSettings>,
+    shutdown: &watch::Receiver<bool>,
+    prefix: BytesMut,
+) {
+    match settings {
+        Some(s) => s.apply_to_session(session),
+        None => {
+            let keep = (!*shutdown.borrow()).then_some(PINGORA_KEEPALIVE_SECS);
+            session.set_keepalive(keep);
+            session.set_keepalive_reuses_remaining(
+                app.server_options().and_then(|o| o.keepalive_request_limit),
+            );
+        }
+    }
+    session.set_pipelined_prefix(prefix);
+}
+
 /// Serves one connection: each request head read under the header deadline and handed to
 /// `app`, the wait between requests bounded by the keep-alive timeout.
 async fn serve<A>(app: Arc<A>, mut stream: Stream, policy: &Policy, shutdown: watch::Receiver<bool>)
 where
-    A: HttpServerApp + Send + Sync + 'static,
+    A: Shortcut + Send + Sync + 'static,
 {
     let timed_out = |kind: TimeoutKind| {
         if let Some(m) = &policy.metrics {
@@ -448,22 +496,29 @@ where
                 return answer_and_close(stream, &e).await;
             }
         }
-        let mut session = ServerSession::new_http1(stream);
-        match settings.take() {
-            Some(s) => s.apply_to_session(&mut session),
-            None => {
-                let keep = (!*shutdown.borrow()).then_some(PINGORA_KEEPALIVE_SECS);
-                session.set_keepalive(keep);
-                session.set_keepalive_reuses_remaining(
-                    app.server_options().and_then(|o| o.keepalive_request_limit),
-                );
-            }
-        }
+        let end = head_end(&buf, 0).unwrap_or(buf.len());
+        let claimed = app.claims(&buf[..end]);
         // The session keeps the buffer holding its head for as long as it lasts (a stream, for
         // minutes), so it gets a copy of just the bytes read, not the read buffer's room.
-        session.set_pipelined_prefix(BytesMut::from(&buf[..]));
+        let prefix = BytesMut::from(&buf[..]);
         buf = BytesMut::new();
-        let Some(reused) = app.process_new_http(session, &shutdown).await else {
+        let settings_now = settings.take();
+        let reused = if claimed {
+            let mut session = pingora_proxy::Session::new_h1(stream);
+            prepare(
+                &mut session.downstream_session,
+                &*app,
+                settings_now,
+                &shutdown,
+                prefix,
+            );
+            app.serve_own(session, &shutdown).await
+        } else {
+            let mut session = ServerSession::new_http1(stream);
+            prepare(&mut session, &*app, settings_now, &shutdown, prefix);
+            app.process_new_http(session, &shutdown).await
+        };
+        let Some(reused) = reused else {
             return;
         };
         (stream, settings) = reused.consume();

@@ -162,6 +162,9 @@ impl Demo {
     }
 }
 
+/// Claims no request: each goes to `process_new_http`.
+impl crate::server::conn::Shortcut for Demo {}
+
 #[async_trait]
 impl HttpServerApp for Demo {
     /// Runs once per request on the demo listener.

@@ -1,6 +1,7 @@
 //! Routes with path patterns and key sources: a record route keyed by a path capture, served by
 //! attach, status and stop routes that read the chat id from a cookie, a header and a nested
-//! JSON pointer; routes matched in file order; a catch-all pass-through still proxied.
+//! JSON pointer; routes matched in file order; a catch-all pass-through still proxied; one
+//! client connection going back and forth between tether's routes and pass-through requests.
 
 use crate::support::*;
 use serde_json::{json, Value};
@@ -174,4 +175,40 @@ async fn routes_match_in_file_order_and_a_catch_all_pass_through_is_proxied() {
     let mut r = request(tether.addr, "DELETE", "/api/live", &[], b"").await;
     assert_eq!(json_body(&mut r).await["path"], "/api/live");
     gate.open();
+}
+
+/// tether answers its own routes itself and hands every other request to Pingora's proxy
+/// (`server/front.rs`); a kept-alive client connection goes from one to the other and back,
+/// each request answered whole on the same socket.
+#[tokio::test]
+async fn one_kept_alive_connection_carries_turns_and_pass_through_requests_in_turn() {
+    let events = turn(4);
+    let script = scripted_turn(&events, None);
+    let be = backend(move |req| match req.path.as_str() {
+        "/chat" => script.clone(),
+        _ => fixed_answer(200, "text/plain", "plain"),
+    })
+    .await;
+    let tether = sidecar(be.addr, "").await;
+    let body = chat("k").to_string().into_bytes();
+    let mut r = request(tether.addr, "POST", "/chat", &[], &body).await;
+    let frames = r.frames_to_end().await;
+    assert_eq!(frames.last().unwrap().json["persisted"], true);
+
+    let mut r = r.then("GET", "/plain", b"").await;
+    assert_eq!((r.status, &r.body_to_end().await[..]), (200, &b"plain"[..]));
+
+    let mut r = r.then("GET", "/chat/run?chat_id=k", b"").await;
+    assert_eq!(r.status, 200);
+    let status: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+    assert_eq!(status["status"], "completed", "{status}");
+
+    let mut r = r
+        .then("POST", "/chat", &chat("k2").to_string().into_bytes())
+        .await;
+    let mut state = Reduced::default();
+    state.apply_frames(&r.frames_to_end().await, 0);
+    assert_eq!(state, Reduced::of(&events));
+    let paths: Vec<String> = be.requests.lock().iter().map(|q| q.path.clone()).collect();
+    assert_eq!(paths, ["/chat", "/plain", "/chat"]);
 }

@@ -352,6 +352,16 @@ impl Resp {
         v
     }
 
+    /// Sends the next request on this response's connection, once its body was read to its
+    /// end, and reads that request's response head.
+    pub async fn then(self, method: &str, path: &str, body: &[u8]) -> Resp {
+        assert!(
+            self.ended && self.raw.is_empty(),
+            "the previous answer is not read to its end"
+        );
+        request_on(self.sock, method, path, &[], body).await
+    }
+
     /// Writes more bytes on the response's connection (a pipelined request).
     pub async fn send(&mut self, bytes: &[u8]) {
         self.sock.write_all(bytes).await.unwrap();
