@@ -422,6 +422,12 @@ pub trait Shortcut: HttpServerApp + Send + Sync {
         false
     }
 
+    /// Runs for each claimed request: the session it is served on, over its connection.
+    /// Default: a session with no HTTP modules.
+    fn own_session(&self, stream: Stream) -> pingora_proxy::Session {
+        pingora_proxy::Session::new_h1(stream)
+    }
+
     /// Runs for each claimed request, with a session over the connection whose head is still
     /// to be parsed (it is all buffered); returns the connection when it can take another
     /// request. Default: ends the connection (no request is claimed by default).
@@ -504,7 +510,7 @@ where
         buf = BytesMut::new();
         let settings_now = settings.take();
         let reused = if claimed {
-            let mut session = pingora_proxy::Session::new_h1(stream);
+            let mut session = app.own_session(stream);
             prepare(
                 &mut session.downstream_session,
                 &*app,

@@ -16,6 +16,7 @@ use pingora_core::apps::{
     HttpPersistentSettings, HttpServerApp, HttpServerOptions, ReusedHttpStream,
 };
 use pingora_core::protocols::http::ServerSession;
+use pingora_core::protocols::Stream;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::ErrorType;
 use pingora_proxy::{HttpProxy, ProxyHttp, Session};
@@ -101,9 +102,16 @@ impl Shortcut for Front {
         claimed(&self.sidecar.shared.cfg.routes, head)
     }
 
+    /// A session with the proxy's own downstream modules (tether's proxy has none today), so a
+    /// claimed request gets what `HttpProxy` would give it.
+    fn own_session(&self, stream: Stream) -> Session {
+        Session::new_h1_with_modules(stream, &self.proxy.downstream_modules)
+    }
+
     /// The steps `HttpProxy` takes for a request its `request_filter` answers: read the head
-    /// (a malformed one gets Pingora's `400`), stop keep-alive once a drain began, the route's
-    /// handler, then the connection back for the next request when the answer left it reusable.
+    /// (a malformed one gets Pingora's `400`), stop keep-alive once a drain began, the
+    /// downstream modules' request filters, the route's handler, then the connection back for
+    /// the next request when the answer left it reusable.
     async fn serve_own(
         self: &Arc<Self>,
         mut session: Session,
@@ -123,6 +131,18 @@ impl Shortcut for Front {
         }
         if *shutdown.borrow() {
             session.set_keepalive(None);
+        }
+        let req = session.downstream_session.req_header_mut();
+        if let Err(e) = session
+            .downstream_modules_ctx
+            .request_header_filter(req)
+            .await
+        {
+            // As `HttpProxy` answers a module's refusal: Pingora's error answer, then closed.
+            debug!("a downstream module refused the request: {e}");
+            let _ = session.downstream_session.respond_error(500).await;
+            session.downstream_session.shutdown().await;
+            return None;
         }
         match self.sidecar.request_filter(&mut session, &mut ()).await {
             Ok(true) => {}
