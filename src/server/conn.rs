@@ -415,8 +415,8 @@ async fn read_head(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant, m
 /// ([`super::front::Front`]) answers tether's own routes so. The admin and demo apps claim none.
 #[async_trait]
 pub trait Shortcut: HttpServerApp + Send + Sync {
-    /// Runs once per HTTP/1.1 request, on its whole head's bytes before anything parses them:
-    /// whether [`Self::serve_own`] answers it. Default: `false` (every request goes to
+    /// Runs once per HTTP/1.1 request, on the bytes read so far (its whole head, maybe the
+    /// start of its body) before anything parses them: whether [`Self::serve_own`] answers it. Default: `false` (every request goes to
     /// `process_new_http`).
     fn claims(&self, _head: &[u8]) -> bool {
         false
@@ -502,8 +502,7 @@ where
                 return answer_and_close(stream, &e).await;
             }
         }
-        let end = head_end(&buf, 0).unwrap_or(buf.len());
-        let claimed = app.claims(&buf[..end]);
+        let claimed = app.claims(&buf);
         // The session keeps the buffer holding its head for as long as it lasts (a stream, for
         // minutes), so it gets a copy of just the bytes read, not the read buffer's room.
         let prefix = BytesMut::from(&buf[..]);

@@ -39,7 +39,7 @@ impl Front {
     }
 }
 
-/// The method and path of a request head's request line (empty lines before it skipped, as the
+/// The method and path of a request's request line (`head`: the bytes read, head first) (empty lines before it skipped, as the
 /// parser does); `None` when the line is not one Pingora would take as it is (then Pingora
 /// parses it, and answers it as it always did).
 fn request_line(head: &[u8]) -> Option<(&str, http::Uri)> {
