@@ -416,8 +416,8 @@ async fn read_head(stream: &mut Stream, buf: &mut BytesMut, deadline: Instant, m
 #[async_trait]
 pub trait Shortcut: HttpServerApp + Send + Sync {
     /// Runs once per HTTP/1.1 request, on the bytes read so far (its whole head, maybe the
-    /// start of its body) before anything parses them: whether [`Self::serve_own`] answers it. Default: `false` (every request goes to
-    /// `process_new_http`).
+    /// start of its body) before anything parses them: whether [`Self::serve_own`] answers it.
+    /// Default: `false` (every request goes to `process_new_http`).
     fn claims(&self, _head: &[u8]) -> bool {
         false
     }

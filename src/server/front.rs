@@ -39,9 +39,9 @@ impl Front {
     }
 }
 
-/// The method and path of a request's request line (`head`: the bytes read, head first) (empty lines before it skipped, as the
-/// parser does); `None` when the line is not one Pingora would take as it is (then Pingora
-/// parses it, and answers it as it always did).
+/// The method and path of the request line at the start of `head` (the bytes read so far;
+/// empty lines before it skipped, as the parser does); `None` when the line is not one Pingora
+/// would take as it is (then Pingora parses it, and answers it as it always did).
 fn request_line(head: &[u8]) -> Option<(&str, http::Uri)> {
     let start = head.iter().position(|b| *b != b'\r' && *b != b'\n')?;
     let line = &head[start..];
