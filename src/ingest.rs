@@ -210,13 +210,24 @@ impl Ingest {
         fed
     }
 
-    /// Ends decoding; true when the upstream stopped inside an event (which is discarded).
+    /// Ends decoding (nothing is fed after it) and lets the remembered ids go; true when the
+    /// upstream stopped inside an event (which is discarded).
     pub fn finish(&mut self) -> bool {
         let pending = self.decoder.finish();
         if let Some(held) = &mut self.held {
             held.resize(0);
         }
+        // Nothing more is relayed: the remembered ids go.
+        if self.unique.is_some() {
+            self.unique = Some(UniqueIds::new());
+        }
         pending
+    }
+
+    /// Bytes the run's remembered ids hold (`ids = "unique"`; see
+    /// [`UniqueIds::held_bytes`]): the producer counts them in the run's recorded bytes.
+    pub fn held_bytes(&self) -> usize {
+        self.unique.as_ref().map_or(0, UniqueIds::held_bytes)
     }
 
     /// Events classified so far.

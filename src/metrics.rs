@@ -194,7 +194,8 @@ pub struct Metrics {
     pub upstream_bytes: IntCounter,
     /// `tether_upstream_errors_total{kind}`.
     pub upstream_errors: Counters<UpstreamErrorKind>,
-    /// `tether_recorded_bytes`: memory held by windows and snapshots.
+    /// `tether_recorded_bytes`: memory held by windows and snapshots, and the ids live runs
+    /// remember (`ids = "unique"`).
     pub recorded_bytes: IntGauge,
     /// `tether_upstream_connects_waiting`: turns waiting for a backend connect slot or a free
     /// file descriptor (set at scrape).
@@ -341,7 +342,7 @@ impl Metrics {
             recorded_bytes: gauge(
                 &r,
                 "tether_recorded_bytes",
-                "Bytes held by replay windows and snapshots",
+                "Bytes held by replay windows, snapshots and the ids live runs remember",
             ),
             upstream_connects_waiting: gauge(
                 &r,

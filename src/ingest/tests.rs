@@ -349,3 +349,24 @@ fn unique_ids_make_every_frame_of_a_burst_of_one_id_its_own_resume_point() {
         assert_eq!(log.seek_id(id.as_bytes()), Seek::From(n as u64 + 1), "{id}");
     }
 }
+
+#[test]
+fn the_remembered_ids_are_held_bytes_until_the_read_ends() {
+    let mut i = ingest(Commit::CleanEnd).keep_raw(None).unique_ids();
+    let mut plain = ingest(Commit::CleanEnd).keep_raw(None);
+    let body: String = (0..1000)
+        .map(|n| format!("id: {n}-0\ndata: {{\"n\":{n}}}\n\n"))
+        .collect();
+    let body = Bytes::from(body);
+    let mut batch = Vec::new();
+    i.feed(&body, &mut batch);
+    plain.feed(&body, &mut batch);
+    assert!(
+        i.held_bytes() >= 1000 * 8,
+        "1,000 ids remembered in {} bytes",
+        i.held_bytes()
+    );
+    assert_eq!(plain.held_bytes(), 0, "ids relayed as they are: none kept");
+    i.finish();
+    assert_eq!(i.held_bytes(), 0);
+}

@@ -14,6 +14,7 @@ use crate::ingest::{Ending, Ingest};
 use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{Event, FormatKind};
 use crate::stall::{Stall, Stalled};
+use crate::state::registry::Registry;
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 use crate::vocab::{RunId, Scope};
@@ -39,6 +40,7 @@ pub(super) async fn read(
     naming: &Naming<'_>,
 ) -> (Ending, Option<Tee>) {
     let registry = naming.registry;
+    let mut ids = HeldIds { registry, bytes: 0 };
     let m = started.metrics;
     let mut batch: Vec<Event> = Vec::new();
     // Built once: a stop or the deadline is noticed without re-arming them per read.
@@ -130,6 +132,7 @@ pub(super) async fn read(
         m.upstream_events.inc_by(batch.len() as u64);
         let appended = run.append_raw(&batch, ingest.take_raw());
         registry.add_bytes(appended.bytes);
+        ids.set(ingest.held_bytes());
         if appended.events < batch.len() {
             m.events_dropped
                 .inc_by(DropReason::AfterEnd, (batch.len() - appended.events) as u64);
@@ -146,6 +149,30 @@ pub(super) async fn read(
         );
     }
     (ending, tee)
+}
+
+/// The bytes a run's remembered ids hold (`ids = "unique"`), counted in the registry's recorded
+/// bytes while its upstream is read and given back when the read ends (the ids are not needed
+/// after it).
+struct HeldIds<'a> {
+    registry: &'a Registry,
+    bytes: usize,
+}
+
+impl HeldIds<'_> {
+    fn set(&mut self, bytes: usize) {
+        if bytes != self.bytes {
+            self.registry
+                .add_bytes(bytes as isize - self.bytes as isize);
+            self.bytes = bytes;
+        }
+    }
+}
+
+impl Drop for HeldIds<'_> {
+    fn drop(&mut self) {
+        self.set(0);
+    }
 }
 
 /// Counts a run in `tether_runs_started_total{route,format}` and logs its start, once its format

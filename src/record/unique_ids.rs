@@ -20,6 +20,13 @@
 //! already relayed, suffixed or not, is itself a repeat. The ids relayed are remembered as 64-bit
 //! hashes (one set entry each, while the run's upstream is read): a hash collision can only make
 //! a frame's id rewritten that did not need it, never two frames share one.
+//!
+//! Memory is bounded: at most [`MAX_REMEMBERED`] ids are remembered (about 144 KiB, counted in
+//! the run's recorded bytes by the producer, [`UniqueIds::held_bytes`]). Once that many are, no
+//! upstream id is relayed byte for byte any more: every frame with an id in force gets
+//! `<id>~<frame index>`. Ids stay unique: an id relayed unremembered is a suffixed one, and two
+//! suffixed ids end in different frame indexes (the digits after the last `~`), so a suffix only
+//! has to miss the ids remembered before.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
@@ -28,6 +35,13 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 /// What separates an upstream id from the frame index of its repeat.
 pub const SUFFIX: u8 = b'~';
+
+/// Ids a run remembers at most: a set of 16,384 buckets, filled to its load factor (7/8) and
+/// never grown past it.
+pub const MAX_REMEMBERED: usize = 14_336;
+
+/// Bytes of one bucket of the set: the 64-bit hash and its control byte.
+const BUCKET_BYTES: usize = 9;
 
 /// The ids relayed so far in one run, and the index of its next frame.
 #[derive(Debug, Default)]
@@ -53,7 +67,9 @@ impl UniqueIds {
             return (frame, None);
         };
         let line = last_id_line(&frame);
-        let fresh = !self.taken(&id);
+        // With no room left, nothing more is relayed byte for byte: an id not remembered could
+        // repeat one relayed unremembered.
+        let fresh = self.has_room() && !self.taken(&id);
         if fresh && line.is_some() {
             self.take(&id);
             return (frame, Some(id));
@@ -93,8 +109,22 @@ impl UniqueIds {
         self.relayed.contains(&self.hasher.hash_one(id))
     }
 
+    fn has_room(&self) -> bool {
+        self.relayed.len() < MAX_REMEMBERED
+    }
+
     fn take(&mut self, id: &[u8]) {
-        self.relayed.insert(self.hasher.hash_one(id));
+        if self.has_room() {
+            self.relayed.insert(self.hasher.hash_one(id));
+        }
+    }
+
+    /// Bytes the remembered ids hold now (the set's buckets), at most about 144 KiB.
+    pub fn held_bytes(&self) -> usize {
+        match self.relayed.capacity() {
+            0 => 0,
+            cap => (cap * 8 / 7).next_power_of_two() * BUCKET_BYTES,
+        }
     }
 }
 
@@ -275,6 +305,61 @@ mod tests {
         let got: Vec<_> = ids.iter().map(|i| i.as_deref()).collect();
         let b = |s: &'static str| Some(s.as_bytes());
         assert_eq!(got, [b("1"), b("1~1"), b("1~2"), b("2"), None, b("2~5")]);
+    }
+
+    #[test]
+    fn past_the_remembered_ids_every_id_is_suffixed_and_still_unique() {
+        let mut u = UniqueIds::new();
+        let mut relay = |id: &str| {
+            let frame = Bytes::from(format!("id: {id}\ndata: x\n\n"));
+            let (b, got) = u.relay(frame, Some(Bytes::copy_from_slice(id.as_bytes())));
+            let got = String::from_utf8(got.unwrap().to_vec()).unwrap();
+            assert_eq!(
+                b,
+                format!("id: {got}\ndata: x\n\n"),
+                "the frame carries its id"
+            );
+            got
+        };
+        let mut all = Vec::new();
+        for i in 0..MAX_REMEMBERED {
+            let id = format!("{i}-0");
+            assert_eq!(relay(&id), id, "room left: a fresh id byte for byte");
+            all.push(id);
+        }
+        let full = MAX_REMEMBERED;
+        // No room: fresh ids, repeats of remembered ones, and ids of the suffixed form that later
+        // suffixes would take.
+        let later = [
+            format!("{}-0", full + 1),
+            "0-0".to_string(),
+            format!("x~{}", full + 3),
+            "x".to_string(),
+            format!("x~{}", full + 3),
+        ];
+        let got: Vec<String> = later.iter().map(|id| relay(id)).collect();
+        let n = |k: usize| full + k;
+        assert_eq!(
+            got,
+            [
+                format!("{}-0~{}", n(1), n(0)),
+                format!("0-0~{}", n(1)),
+                format!("x~{}~{}", n(3), n(2)),
+                format!("x~{}", n(3)),
+                format!("x~{}~{}", n(3), n(4)),
+            ]
+        );
+        all.extend(got);
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "every id relayed names one frame");
+        assert!(
+            u.held_bytes() <= 16_384 * BUCKET_BYTES,
+            "{} bytes held",
+            u.held_bytes()
+        );
+        assert!(u.held_bytes() >= MAX_REMEMBERED * 8);
     }
 
     #[test]

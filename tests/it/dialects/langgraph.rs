@@ -267,3 +267,40 @@ async fn unique_ids_are_the_servers_bytes_and_either_form_joins_right_after_its_
         "after the last frame: nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ids_a_run_remembers_count_in_its_recorded_bytes_until_its_upstream_ends() {
+    // A run of 3,000 frames, each with an id of its own, paused before its last frame.
+    let n = 3000;
+    let mut sent = vec![burst_frame(
+        0,
+        "1760-0",
+        &json!({"run_id": RUN}).to_string(),
+    )];
+    sent.extend((1..n).map(|i| burst_frame(i, &format!("{}-0", 1760 + i), "[]")));
+    let gate = Gate::default();
+    let frames = sent.clone();
+    let pause = (n - 1, gate.clone());
+    let be = backend(move |_| held(&frames, Some((pause.0, &pause.1)))).await;
+    let tether = sidecar(be.addr, PROFILE).await;
+    let _live = turn(&tether).await;
+    let run = || {
+        tether
+            .registry()
+            .by_id(&Owner::NONE, &RUN.into())
+            .map(|(_, r)| r)
+    };
+    // Beyond the run's window and raw frames: the ids it remembers (8 bytes each at least).
+    let extra = || {
+        let reg = tether.registry();
+        run().map_or(0, |r| reg.recorded_bytes() as i64 - r.bytes() as i64)
+    };
+    eventually("the remembered ids are counted", || {
+        extra() >= (n as i64 - 1) * 8
+    })
+    .await;
+    gate.open();
+    eventually("the run ended", || run().is_some_and(|r| r.end().is_some())).await;
+    eventually("the remembered ids are given back", || extra() == 0).await;
+    assert_eq!(requests(&be), 1);
+}
