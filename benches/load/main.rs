@@ -109,7 +109,7 @@ fn fmt(v: f64) -> String {
 }
 
 /// Every figure of each tether/nginx row as a ratio to the same figure of the direct row (and
-/// tether's to nginx's) of the same scenario.
+/// tether's to nginx's, and to one-worker nginx's where scenario 3 ran it) of the same scenario.
 fn with_ratios(rows: &[Row]) -> Vec<Value> {
     rows.iter()
         .map(|r| {
@@ -117,7 +117,7 @@ fn with_ratios(rows: &[Row]) -> Vec<Value> {
             let mut figures = serde_json::Map::new();
             for (k, v) in &r.figures {
                 let mut f = json!({"value": v});
-                for base in ["direct", "nginx"] {
+                for base in ["direct", "nginx", "nginx-1w"] {
                     if base != r.target {
                         if let Some(b) = peer(base).and_then(|p| p.get(k)).filter(|b| *b != 0.0) {
                             f[format!("ratio_to_{base}")] = json!(v / b);

@@ -22,6 +22,8 @@ pub(crate) enum Via {
     Direct,
     Tether,
     Nginx,
+    /// nginx with one worker process.
+    NginxOne,
 }
 
 impl Via {
@@ -30,6 +32,7 @@ impl Via {
             Via::Direct => "direct",
             Via::Tether => "tether",
             Via::Nginx => "nginx",
+            Via::NginxOne => "nginx-1w",
         }
     }
 }
@@ -98,6 +101,8 @@ pub(crate) fn percentile(sorted: &[u64], p: f64) -> f64 {
 struct Hops {
     tether: Hop,
     nginx: Option<Hop>,
+    /// nginx with one worker too (scenario 3's CPU baseline).
+    nginx_one: Option<Hop>,
 }
 
 fn hops(bin: &str, producer: &Producer) -> Hops {
@@ -108,6 +113,7 @@ fn hops(bin: &str, producer: &Producer) -> Hops {
     Hops {
         tether: targets::tether(bin, producer.addr, &[]),
         nginx,
+        nginx_one: None,
     }
 }
 
@@ -119,6 +125,9 @@ fn vias(h: &Hops) -> Vec<(Via, SocketAddr)> {
     if let Some(n) = &h.nginx {
         v.push((Via::Nginx, n.addr));
     }
+    if let Some(n) = &h.nginx_one {
+        v.push((Via::NginxOne, n.addr));
+    }
     v
 }
 
@@ -126,6 +135,7 @@ fn hop(h: &Hops, via: Via) -> Option<&Hop> {
     match via {
         Via::Tether => Some(&h.tether),
         Via::Nginx => h.nginx.as_ref(),
+        Via::NginxOne => h.nginx_one.as_ref(),
         Via::Direct => None,
     }
 }
@@ -246,7 +256,11 @@ fn added(rows: &mut [Row]) {
 
 /// Scenario 3: `runs` concurrent streams at `rate` events/s for `secs`, one observer each.
 async fn concurrent(bin: &str, p: &Producer, runs: usize, rate: u64, secs: u64) -> Vec<Row> {
-    let h = hops(bin, p);
+    let mut h = hops(bin, p);
+    // The CPU target compares against one nginx worker; measured at 1,000 runs only.
+    if runs <= 1_000 && h.nginx.is_some() {
+        h.nginx_one = targets::nginx_one_worker(p.addr);
+    }
     let n = rate * secs;
     let mut rows = Vec::new();
     for (via, addr) in vias(&h) {

@@ -168,8 +168,19 @@ pub fn tether_url(bin: &str, upstream: &str, extra: &[&str]) -> Hop {
     }
 }
 
-/// Starts nginx in front of `upstream`, or `None` when it is not installed.
+/// Starts nginx in front of `upstream` with a worker per core (`worker_processes auto`), or
+/// `None` when it is not installed.
 pub fn nginx(upstream: SocketAddr) -> Option<Hop> {
+    nginx_with(upstream, "auto")
+}
+
+/// Starts nginx in front of `upstream` with one worker process (`worker_processes 1`: one
+/// event loop, as the issue's CPU target compares against), or `None` when it is not installed.
+pub fn nginx_one_worker(upstream: SocketAddr) -> Option<Hop> {
+    nginx_with(upstream, "1")
+}
+
+fn nginx_with(upstream: SocketAddr, workers: &str) -> Option<Hop> {
     let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())?;
@@ -182,7 +193,7 @@ pub fn nginx(upstream: SocketAddr) -> Option<Hop> {
     std::fs::create_dir_all(&dir).ok()?;
     let d = dir.display();
     let conf = format!(
-        "worker_processes auto;\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nworker_rlimit_nofile 65536;\n\
+        "worker_processes {workers};\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nworker_rlimit_nofile 65536;\n\
          events {{ worker_connections 32768; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
            upstream producer {{ server {upstream}; keepalive 1024; }}\n\
