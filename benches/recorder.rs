@@ -103,6 +103,14 @@ fn benches(c: &mut Criterion) {
     let (tokens, _) = upstream(FormatKind::Agui, 100_000, |i| 4 + i % 5, 16 * 1024);
     g.throughput(Throughput::Elements(100_000));
     g.bench_function("append_100k_tokens", |b| b.iter(|| record(&tokens)));
+    // A resume's first write: the frames after a cursor 100 events behind the head of a token run
+    // (what scenario 4's reconnect reads after its 50 ms gap at 2,000 events/s).
+    let run = record(&tokens);
+    let head = run.head();
+    g.throughput(Throughput::Elements(100));
+    g.bench_function("read_after_100_tokens", |b| {
+        b.iter(|| run.read_after(head - 100, 512).map(|r| r.frames.len()))
+    });
 
     for &format in FormatKind::ALL {
         let name = format.as_str();
