@@ -13,6 +13,9 @@
 //!   a body or head cut short, a malformed head, a read timeout).
 //! * `pingora_proxy` logs `failed to send error response to downstream: …` and
 //!   `Error finish sending body to downstream: …` when writing to a client that has gone.
+//! * `pingora_core::apps` logs `H2 handshake error {error}` when a client that chose HTTP/2 does
+//!   not complete the connection preface (it left, or sent something else): the client's
+//!   failure, not the server's, so it is a warning.
 //!
 //! [`verdict`] decides, as a pure function of a record's target, level and text, what becomes of
 //! it; [`Rewrite`] applies it around any [`log::Log`] (env_logger's in the binary, a capture in
@@ -96,12 +99,16 @@ pub fn is_pingora(target: &str) -> bool {
 }
 
 /// The level a Pingora record deserves, when it is not the one it was logged at: `DEBUG` for the
-/// pool race, `INFO` for a client that left or stalled, `WARN` for other client-caused errors.
+/// pool race, `INFO` for a client that left or stalled, `WARN` for other client-caused errors
+/// (a failed HTTP/2 handshake among them).
 fn cause_level(target: &str, message: &str) -> Option<Level> {
     if target.starts_with("pingora_core::connectors")
         && message == "failed to acquire reusable stream"
     {
         return Some(Level::Debug);
+    }
+    if target == "pingora_core::apps" && message.starts_with("H2 handshake error") {
+        return Some(Level::Warn);
     }
     // Pingora writes `{context}: {error}`; an error's text starts with its source.
     let (context, error) = message.split_once(": ")?;

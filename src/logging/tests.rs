@@ -39,6 +39,25 @@ fn the_pool_race_is_debug() {
 }
 
 #[test]
+fn a_failed_h2_handshake_is_a_warning() {
+    let apps = "pingora_core::apps";
+    assert_eq!(
+        verdict(
+            apps,
+            Level::Error,
+            "H2 handshake error connection error detected: frame with invalid size"
+        ),
+        rewritten(Level::Warn, None)
+    );
+    // Only that message, only from there.
+    assert_eq!(verdict(apps, Level::Error, "other failure"), Verdict::Keep);
+    assert_eq!(
+        verdict(PROXY, Level::Error, "H2 handshake error x"),
+        Verdict::Keep
+    );
+}
+
+#[test]
 fn an_invalid_chunked_body_is_a_warning() {
     let m = "Fail to proxy: Downstream InvalidChunk context: Peer: addr: 127.0.0.1:35101, \
              scheme: HTTP cause:  context: Invalid chunked encoding: InvalidChunkSize, \
