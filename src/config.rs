@@ -43,6 +43,20 @@ fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::new(key, message)
 }
 
+/// A pair of files set together or not at all (a certificate and its key): the error names the
+/// one missing.
+fn paired(
+    (first, first_set): (&str, bool),
+    (second, second_set): (&str, bool),
+    message: &str,
+) -> Result<(), ConfigError> {
+    match (first_set, second_set) {
+        (true, false) => Err(err(second, message)),
+        (false, true) => Err(err(first, message)),
+        _ => Ok(()),
+    }
+}
+
 /// The validated configuration the sidecar runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -329,14 +343,11 @@ impl File {
             }
         };
         let u = &self.upstream;
-        if u.cert.is_some() != u.key.is_some() {
-            let key = if u.cert.is_some() {
-                "upstream.key"
-            } else {
-                "upstream.cert"
-            };
-            return Err(err(key, "a client certificate needs both cert and key"));
-        }
+        paired(
+            ("upstream.cert", u.cert.is_some()),
+            ("upstream.key", u.key.is_some()),
+            "a client certificate needs both cert and key",
+        )?;
         if (u.ca.is_some() || u.cert.is_some()) && !upstream.as_ref().is_some_and(|b| b.tls) {
             let key = if u.ca.is_some() {
                 "upstream.ca"
@@ -345,17 +356,11 @@ impl File {
             };
             return Err(err(key, "is for an HTTPS backend (--upstream https://…)"));
         }
-        if self.server.tls_cert.is_some() != self.server.tls_key.is_some() {
-            let key = if self.server.tls_cert.is_some() {
-                "server.tls_key"
-            } else {
-                "server.tls_cert"
-            };
-            return Err(err(
-                key,
-                "HTTPS on the listener needs both tls_cert and tls_key",
-            ));
-        }
+        paired(
+            ("server.tls_cert", self.server.tls_cert.is_some()),
+            ("server.tls_key", self.server.tls_key.is_some()),
+            "HTTPS on the listener needs both tls_cert and tls_key",
+        )?;
         let r = &self.recorder;
         if r.window == 0 {
             return Err(err("recorder.window", "must be at least 1"));

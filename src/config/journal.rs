@@ -1,7 +1,7 @@
 //! The `[journal]` table validated: the Redis URL or a cluster's seed nodes, TLS files, the
 //! lease and poll intervals and this replica's name.
 
-use super::{err, ConfigError, JournalConf};
+use super::{err, paired, ConfigError, JournalConf};
 
 /// The shared journal's validated settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,14 +49,11 @@ pub(super) fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
             "every seed node speaks TLS (rediss://) or none does (redis://)",
         ));
     }
-    if j.cert.is_some() != j.key.is_some() {
-        let key = if j.cert.is_some() {
-            "journal.key"
-        } else {
-            "journal.cert"
-        };
-        return Err(err(key, "a client certificate needs both cert and key"));
-    }
+    paired(
+        ("journal.cert", j.cert.is_some()),
+        ("journal.key", j.key.is_some()),
+        "a client certificate needs both cert and key",
+    )?;
     if !tls && (j.ca.is_some() || j.cert.is_some()) {
         let key = if j.ca.is_some() {
             "journal.ca"
