@@ -150,7 +150,11 @@ async fn write_loop<S: Sink>(
                 }
                 if read.last > cursor {
                     cursor = read.last;
-                    continue;
+                    // Caught up with the head: nothing to read again until the run changes.
+                    // A change since `borrow_and_update` above wakes `idle` at once.
+                    if read.last < read.head {
+                        continue;
+                    }
                 }
             }
             Err(_) => {

@@ -171,3 +171,42 @@ async fn an_idle_observer_gets_a_keepalive_comment_each_heartbeat_and_nothing_be
     run.finish(true, None);
     assert_eq!(task.await.unwrap(), Exit::Ended);
 }
+
+#[tokio::test]
+async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake() {
+    // More frames behind the cursor than one write takes, and then nothing: the observer must
+    // read again on its own (a caught-up observer waits for the run instead).
+    let m = Metrics::new();
+    let n = MAX_FRAMES_PER_WRITE * 2 + 3;
+    let run = Arc::new(Run::new("r", n + 8));
+    let deltas: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
+    let events: Vec<_> = deltas.iter().map(|d| text(d)).collect();
+    run.append(&events);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_gate_tx, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let (r, m2, s2) = (run.clone(), m.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
+    });
+    let mut dec = Decoder::new(1 << 20);
+    let mut frames = Vec::new();
+    while frames.len() < n {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("the whole backlog is written without the run changing")
+            .unwrap();
+        let mut decoded = Vec::new();
+        dec.feed(&chunk, &mut decoded);
+        frames.extend(decoded.into_iter().filter_map(|d| match d {
+            Decoded::Event(e) => Some(serde_json::from_slice::<Value>(&e.data).unwrap()),
+            _ => None,
+        }));
+    }
+    let seqs: Vec<u64> = frames.iter().map(|f| f["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>());
+    assert_eq!(frames[n - 1]["event"]["delta"], format!("d{}", n - 1));
+    stop.cancel();
+    assert_eq!(task.await.unwrap(), Exit::Shutdown);
+}
