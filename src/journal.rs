@@ -84,6 +84,8 @@ pub struct RawRead {
     pub end: Option<End>,
     /// The requested frames are no longer kept.
     pub expired: bool,
+    /// The record held more frames after `next` than this read took (read again at once).
+    pub more: bool,
 }
 
 /// A cursor into the raw record.

@@ -112,7 +112,9 @@ async fn write_loop<S: Sink>(
         if read.end.is_some() {
             return Exit::Ended;
         }
-        if !read.frames.is_empty() {
+        // Caught up with the record: nothing to read again until the run changes (a change
+        // since `borrow_and_update` above wakes `idle` at once).
+        if read.more {
             continue;
         }
         if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {

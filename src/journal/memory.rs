@@ -266,6 +266,7 @@ impl Journal for MemoryJournal {
             frames,
             next,
             expired: false,
+            more: next < log.end(),
         })
     }
 

@@ -120,3 +120,36 @@ async fn an_empty_plan_ends_at_once() {
     .await;
     assert_eq!((out, sink.0.len()), (Exit::Ended, 0));
 }
+
+#[tokio::test]
+async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake() {
+    // More frames than one write takes, and the run then silent (not ended): the reader reads
+    // again on its own; a caught-up reader waits for the run instead.
+    let n = MAX_FRAMES_PER_WRITE as u64 * 2 + 3;
+    let run = Arc::new(Run::with_raw("r", n as usize + 8, Some(1 << 24)));
+    (0..n).for_each(|i| push(&run, i));
+    let stop = CancellationToken::new();
+    let reader = {
+        let (run, stop) = (run.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut sink = Collect(Vec::new());
+            let out = serve(&mut sink, &run, Plan::From(0), &opts(false), &stop).await;
+            (out, String::from_utf8(sink.0).unwrap())
+        })
+    };
+    // One thread: the reader's first poll counts it in and writes as far as it goes without
+    // waiting (the sink never blocks), so once it is counted in it has written all it will
+    // before the run changes. Then shutdown ends it.
+    while run.observers() == 0 {
+        tokio::task::yield_now().await;
+    }
+    stop.cancel();
+    let (out, text) = reader.await.unwrap();
+    assert_eq!(out, Exit::Shutdown);
+    assert_eq!(
+        text.matches("data: ").count() as u64,
+        n,
+        "every frame of the backlog"
+    );
+    assert!(text.ends_with(&format!("\"delta\":\"{}\"}}\n\n", n - 1)));
+}
