@@ -1,6 +1,5 @@
 //! A sink that keeps everything written to it, for the write loops' unit tests.
 
-use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::deliver::observer::{ClientGone, Sink};
@@ -8,7 +7,6 @@ use crate::deliver::observer::{ClientGone, Sink};
 /// Keeps every byte written; its client never goes away.
 pub struct Collect(pub Vec<u8>);
 
-#[async_trait]
 impl Sink for Collect {
     async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
         self.0.extend_from_slice(&data);

@@ -5,10 +5,10 @@
 //! frame available since the cursor in one write. An observer that falls out of the window is
 //! reset with a fresh snapshot; a client that leaves, even while idle, ends only its observer.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use log::debug;
 use tokio::time::Instant;
@@ -31,13 +31,13 @@ const MAX_FRAMES_PER_WRITE: usize = 512;
 #[error("the client went away or stalled past the write timeout")]
 pub struct ClientGone;
 
-/// The client side of an observer: where frames go.
-#[async_trait]
+/// The client side of an observer: where frames go. Its futures are returned as they are, not
+/// boxed: a reader calls both once a delivery.
 pub trait Sink: Send {
     /// Writes one chunk; an error means the client is gone (or stalled past the write timeout).
-    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone>;
+    fn send(&mut self, data: Bytes) -> impl Future<Output = Result<(), ClientGone>> + Send;
     /// Resolves when the client goes away while nothing is being written.
-    async fn closed(&mut self);
+    fn closed(&mut self) -> impl Future<Output = ()> + Send;
 }
 
 /// How one observer ended.

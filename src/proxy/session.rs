@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use log::debug;
 use pingora_core::Result;
@@ -282,7 +281,6 @@ impl<'a> SessionSink<'a> {
     }
 }
 
-#[async_trait]
 impl Sink for SessionSink<'_> {
     async fn send(&mut self, data: Bytes) -> std::result::Result<(), ClientGone> {
         match self

@@ -27,7 +27,6 @@ struct ChanSink {
     gate: watch::Receiver<bool>,
 }
 
-#[async_trait]
 impl Sink for ChanSink {
     async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
         let _ = self.gate.wait_for(|open| *open).await;
