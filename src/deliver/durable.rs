@@ -14,7 +14,7 @@ use log::debug;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::deliver::observer::{heartbeats, idle, Exit, Sink};
+use crate::deliver::observer::{Exit, Idle, Sink};
 use crate::dialect::durable_streams as ds;
 use crate::journal::CursorMiss;
 use crate::state::run::Run;
@@ -180,11 +180,10 @@ pub async fn sse<S: Sink>(
     shutdown: &CancellationToken,
 ) -> Exit {
     let _guard = run.observe();
-    let mut rx = run.subscribe();
-    let mut heartbeat = heartbeats(opts.heartbeat);
+    let mut idle = Idle::new(run.subscribe(), opts.heartbeat, shutdown);
     let mut first = true;
     loop {
-        rx.borrow_and_update();
+        idle.seen();
         let c = match chunk(run, after) {
             Ok(c) => c,
             Err(miss) => {
@@ -214,7 +213,7 @@ pub async fn sse<S: Sink>(
                 continue;
             }
         }
-        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+        if let Err(outcome) = idle.wait(sink).await {
             return outcome;
         }
     }

@@ -6,13 +6,15 @@
 //! reset with a fresh snapshot; a client that leaves, even while idle, ends only its observer.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use log::debug;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::watch;
+use tokio::time::{Instant, Interval};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::Dialect;
@@ -96,7 +98,7 @@ async fn write_loop<S: Sink>(
     metrics: &Metrics,
     shutdown: &CancellationToken,
 ) -> Exit {
-    let mut rx = run.subscribe();
+    let rx = run.subscribe();
     let mut cursor = match start {
         Start::After(c) => c,
         Start::Fresh => {
@@ -114,9 +116,9 @@ async fn write_loop<S: Sink>(
             seq
         }
     };
-    let mut heartbeat = heartbeats(opts.heartbeat);
+    let mut idle = Idle::new(rx, opts.heartbeat, shutdown);
     loop {
-        rx.borrow_and_update();
+        idle.seen();
         match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
             Ok(read) => {
                 let out = match (&read.frames[..], &read.end) {
@@ -151,7 +153,7 @@ async fn write_loop<S: Sink>(
                 if read.last > cursor {
                     cursor = read.last;
                     // Caught up with the head: nothing to read again until the run changes.
-                    // A change since `borrow_and_update` above wakes `idle` at once.
+                    // A change since `seen` above ends the wait at once.
                     if read.last < read.head {
                         continue;
                     }
@@ -174,34 +176,51 @@ async fn write_loop<S: Sink>(
                 continue;
             }
         }
-        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+        if let Err(outcome) = idle.wait(sink).await {
             return outcome;
         }
     }
 }
 
-/// The `: keepalive` ticker of a reader, first due one interval from now.
-pub fn heartbeats(every: Duration) -> tokio::time::Interval {
-    tokio::time::interval_at(Instant::now() + every, every)
+/// What a reader with nothing to write waits for: the run changing, a heartbeat due, its client
+/// leaving, shutdown. It lives as long as the reader, so the shutdown wait is registered once,
+/// not again for every wait.
+pub struct Idle<'a> {
+    rx: watch::Receiver<u64>,
+    heartbeat: Interval,
+    shutdown: Pin<Box<WaitForCancellationFuture<'a>>>,
 }
 
-/// Waits, while a reader has nothing to write, until the run changes, writing a heartbeat
-/// when one is due (then returns too, so the reader looks again). `Err` is how the reader
-/// ends: the client left (also noticed while idle) or the process is shutting down.
-pub async fn idle<S: Sink>(
-    sink: &mut S,
-    rx: &mut tokio::sync::watch::Receiver<u64>,
-    heartbeat: &mut tokio::time::Interval,
-    shutdown: &CancellationToken,
-) -> Result<(), Exit> {
-    tokio::select! {
-        r = rx.changed() => r.map_err(|_| Exit::Gone),
-        _ = sink.closed() => Err(Exit::Gone),
-        _ = heartbeat.tick() => sink
-            .send(Bytes::from_static(KEEPALIVE))
-            .await
-            .map_err(|ClientGone| Exit::Gone),
-        _ = shutdown.cancelled() => Err(Exit::Shutdown),
+impl<'a> Idle<'a> {
+    /// Waits on `rx` (the run's wake-ups, subscribed before the reader first read the run),
+    /// with the first heartbeat due one interval from now.
+    pub fn new(rx: watch::Receiver<u64>, every: Duration, shutdown: &'a CancellationToken) -> Self {
+        Idle {
+            rx,
+            heartbeat: tokio::time::interval_at(Instant::now() + every, every),
+            shutdown: Box::pin(shutdown.cancelled()),
+        }
+    }
+
+    /// Marks the run's wake-ups so far as seen: call it before reading the run, so a change
+    /// after the read ends the next [`Self::wait`] at once.
+    pub fn seen(&mut self) {
+        self.rx.borrow_and_update();
+    }
+
+    /// Waits, while the reader has nothing to write, until the run changes, writing a heartbeat
+    /// when one is due (then returns too, so the reader looks again). `Err` is how the reader
+    /// ends: the client left (also noticed while idle) or the process is shutting down.
+    pub async fn wait<S: Sink>(&mut self, sink: &mut S) -> Result<(), Exit> {
+        tokio::select! {
+            r = self.rx.changed() => r.map_err(|_| Exit::Gone),
+            _ = sink.closed() => Err(Exit::Gone),
+            _ = self.heartbeat.tick() => sink
+                .send(Bytes::from_static(KEEPALIVE))
+                .await
+                .map_err(|ClientGone| Exit::Gone),
+            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
+        }
     }
 }
 

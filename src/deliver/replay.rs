@@ -12,7 +12,7 @@ use bytes::{BufMut, BytesMut};
 use log::debug;
 use tokio_util::sync::CancellationToken;
 
-use crate::deliver::observer::{heartbeats, idle, Exit, Sink};
+use crate::deliver::observer::{Exit, Idle, Sink};
 use crate::dialect::{from_start, Plan};
 use crate::state::run::Run;
 use crate::vocab::RunId;
@@ -65,7 +65,7 @@ async fn write_loop<S: Sink>(
     opts: &Options,
     shutdown: &CancellationToken,
 ) -> Exit {
-    let mut rx = run.subscribe();
+    let rx = run.subscribe();
     let mut next = match plan {
         Plan::Empty => return Exit::Ended,
         Plan::From(i) => i,
@@ -78,9 +78,9 @@ async fn write_loop<S: Sink>(
             cap.raw_end
         }
     };
-    let mut heartbeat = heartbeats(opts.heartbeat);
+    let mut idle = Idle::new(rx, opts.heartbeat, shutdown);
     loop {
-        rx.borrow_and_update();
+        idle.seen();
         let Some(read) = run.read_raw(next, MAX_FRAMES_PER_WRITE) else {
             return Exit::Ended;
         };
@@ -113,11 +113,11 @@ async fn write_loop<S: Sink>(
             return Exit::Ended;
         }
         // Caught up with the record: nothing to read again until the run changes (a change
-        // since `borrow_and_update` above wakes `idle` at once).
+        // since `seen` above ends the wait at once).
         if read.more {
             continue;
         }
-        if let Err(outcome) = idle(sink, &mut rx, &mut heartbeat, shutdown).await {
+        if let Err(outcome) = idle.wait(sink).await {
             return outcome;
         }
     }
