@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use log::debug;
 use tokio::sync::watch;
-use tokio::time::{Instant, Interval};
+use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::dialect::protocol1::Protocol1;
@@ -188,6 +188,7 @@ async fn write_loop<S: Sink>(
 pub struct Idle<'a> {
     rx: watch::Receiver<u64>,
     heartbeat: Interval,
+    token: &'a CancellationToken,
     shutdown: Pin<Box<WaitForCancellationFuture<'a>>>,
 }
 
@@ -195,9 +196,13 @@ impl<'a> Idle<'a> {
     /// Waits on `rx` (the run's wake-ups, subscribed before the reader first read the run),
     /// with the first heartbeat due one interval from now.
     pub fn new(rx: watch::Receiver<u64>, every: Duration, shutdown: &'a CancellationToken) -> Self {
+        let mut heartbeat = tokio::time::interval_at(Instant::now() + every, every);
+        // Ticks missed while frames kept the reader busy are skipped, not written in a burst.
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Skip);
         Idle {
             rx,
-            heartbeat: tokio::time::interval_at(Instant::now() + every, every),
+            heartbeat,
+            token: shutdown,
             shutdown: Box::pin(shutdown.cancelled()),
         }
     }
@@ -211,15 +216,23 @@ impl<'a> Idle<'a> {
     /// Waits, while the reader has nothing to write, until the run changes, writing a heartbeat
     /// when one is due (then returns too, so the reader looks again). `Err` is how the reader
     /// ends: the client left (also noticed while idle) or the process is shutting down.
+    ///
+    /// The branches are polled in this order, the run's change first: a wake-up for new frames
+    /// polls nothing else. Shutdown is checked before each wait, so a reader that never runs
+    /// out of frames still notices it.
     pub async fn wait<S: Sink>(&mut self, sink: &mut S) -> Result<(), Exit> {
+        if self.token.is_cancelled() {
+            return Err(Exit::Shutdown);
+        }
         tokio::select! {
+            biased;
             r = self.rx.changed() => r.map_err(|_| Exit::Gone),
+            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
             _ = sink.closed() => Err(Exit::Gone),
             _ = self.heartbeat.tick() => sink
                 .send(Bytes::from_static(KEEPALIVE))
                 .await
                 .map_err(|ClientGone| Exit::Gone),
-            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
         }
     }
 }

@@ -209,3 +209,115 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
     stop.cancel();
     assert_eq!(task.await.unwrap(), Exit::Shutdown);
 }
+
+/// A sink whose every write makes the run change again (so the reader never finds it idle),
+/// refusing writes after `left` of them.
+struct Busy {
+    run: Arc<Run>,
+    left: usize,
+}
+
+impl Sink for Busy {
+    async fn send(&mut self, _data: Bytes) -> Result<(), ClientGone> {
+        self.left = self.left.checked_sub(1).ok_or(ClientGone)?;
+        self.run.append(&[text("x")]);
+        Ok(())
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+#[tokio::test]
+async fn shutdown_ends_a_reader_that_never_runs_out_of_frames() {
+    let run = Arc::new(Run::new("r", 64));
+    run.append(&[text("a")]);
+    let stop = CancellationToken::new();
+    stop.cancel();
+    let mut sink = Busy {
+        run: run.clone(),
+        left: 100,
+    };
+    let out = serve(
+        &mut sink,
+        &run,
+        Start::After(0),
+        None,
+        &opts(),
+        &Metrics::new(),
+        &stop,
+    )
+    .await;
+    assert_eq!(
+        out,
+        Exit::Shutdown,
+        "not after writing until the client gave up"
+    );
+    assert_eq!(sink.left, 99, "one write, then shutdown");
+}
+
+/// A sink that records when each write arrived; `send` waits while `gate` is closed.
+struct Timed {
+    at: Vec<(Instant, Bytes)>,
+    gate: watch::Receiver<bool>,
+}
+
+impl Sink for Timed {
+    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
+        let _ = self.gate.wait_for(|open| *open).await;
+        self.at.push((Instant::now(), data));
+        Ok(())
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_missed_during_a_long_write_are_not_written_in_a_burst() {
+    let run = Arc::new(Run::new("r", 8));
+    run.append(&[text("a")]);
+    let (gate_tx, gate) = watch::channel(false);
+    let stop = CancellationToken::new();
+    let (r, s) = (run.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        let mut sink = Timed {
+            at: Vec::new(),
+            gate,
+        };
+        let opts = Options {
+            heartbeat: Duration::from_secs(1),
+        };
+        let out = serve(
+            &mut sink,
+            &r,
+            Start::After(0),
+            None,
+            &opts,
+            &Metrics::new(),
+            &s,
+        )
+        .await;
+        (out, sink.at)
+    });
+    // The first write (seq 1) takes 5.5 s: five heartbeats fall due meanwhile.
+    tokio::time::sleep(Duration::from_millis(5500)).await;
+    gate_tx.send_replace(true);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    stop.cancel();
+    let (out, at) = task.await.unwrap();
+    assert_eq!(out, Exit::Shutdown);
+    let keepalives: Vec<Instant> = at
+        .iter()
+        .filter(|(_, d)| d == &Bytes::from_static(KEEPALIVE))
+        .map(|(t, _)| *t)
+        .collect();
+    assert!(
+        keepalives.windows(2).all(|w| w[1] > w[0]),
+        "at most one keepalive at a time: {keepalives:?}"
+    );
+    assert!(
+        (2..=4).contains(&keepalives.len()),
+        "one when the write ends, then one a second: {keepalives:?}"
+    );
+}
