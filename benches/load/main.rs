@@ -5,7 +5,8 @@
 //! shorter ones; `-- --only 1,4` picks scenarios, `-- --only soak` (or 9) the soak, sized by
 //! `--soak-secs`, `--soak-rounds` and `--soak-concurrency` (see `soak.rs`), and `-- --only tls`
 //! (or 10) TLS against plain (see `tls.rs`), `-- --only fanout` (11) and `-- --only catchup` (12)
-//! many readers of one run (see `readers.rs`); `--s3-big N` sets the stream count of scenario 3's
+//! many readers of one run (see `readers.rs`), `-- --only steps` (13) instructions a delivery
+//! under callgrind (see `steps.rs`); `--s3-big N` sets the stream count of scenario 3's
 //! second phase (10,000, or 2,000 with `--quick`; 0 skips it).
 //! Under `cargo test` (no `--bench` argument) it runs a small smoke check instead. It prints a
 //! table and writes `target/load-report.json`.
@@ -24,6 +25,7 @@ mod recovery;
 mod scenarios;
 mod sched;
 mod soak;
+mod steps;
 mod targets;
 mod tls;
 
@@ -146,6 +148,7 @@ fn main() {
                     "tls" => Some(tls::SCENARIO),
                     "fanout" => Some(readers::FANOUT),
                     "catchup" => Some(readers::CATCH_UP),
+                    "steps" => Some(steps::SCENARIO),
                     n => n.parse().ok(),
                 })
                 .collect()

@@ -3,7 +3,8 @@
 //! (each paced stream at its own phase, spread over the gap between events).
 //!
 //! `POST|GET /stream?n=<events>&size=<delta bytes>&rate=<events/s, 0 = full speed>&hold=<0|1>`:
-//! with `hold=1` the stream stays open after the last delta until [`Producer::release`].
+//! with `hold=1` the stream stays open after the last delta until [`Producer::release`], with
+//! `wait=1` its first delta waits for it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +108,8 @@ async fn serve(
         let size = param(query, "size").unwrap_or(8) as usize;
         let rate = param(query, "rate").unwrap_or(0);
         let hold = param(query, "hold").unwrap_or(0) == 1;
+        // `wait=1`: the first event waits for [`Producer::release`] (readers attach first).
+        let wait = param(query, "wait").unwrap_or(0) == 1;
         // `close=1`: the answer says `connection: close` and the connection ends with it, so
         // the hop opens a new backend connection for its next request.
         let close = param(query, "close").unwrap_or(0) == 1;
@@ -117,6 +120,9 @@ async fn serve(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
         };
         sock.write_all(head).await?;
+        if wait {
+            let _ = release.wait_for(|v| *v > held_at).await;
+        }
         if rate == 0 && !hold {
             // Full speed: a blocking thread writes one event per write(2), with no runtime in
             // between, so the producer is not what limits a hop.

@@ -486,6 +486,9 @@ pub async fn all(
             crate::readers::catch_up(bin, &p, 1_000, &[200, 2_000]).await,
         );
     }
+    if want(crate::steps::SCENARIO) {
+        add(&mut rows, crate::steps::run(bin, &p).await);
+    }
     rows
 }
 

@@ -12,10 +12,18 @@ pub struct Hop {
     pub admin: Option<SocketAddr>,
     child: Child,
     dir: Option<PathBuf>,
+    /// The child has exited and was reaped (its pid may belong to another process now).
+    reaped: bool,
 }
 
 impl Drop for Hop {
     fn drop(&mut self) {
+        if self.reaped {
+            if let Some(d) = &self.dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            return;
+        }
         // SIGTERM, not SIGKILL: nginx's master then stops its workers instead of orphaning them.
         // SAFETY: signalling our own child process.
         unsafe {
@@ -61,6 +69,23 @@ fn family(pid: u32) -> Vec<u32> {
 }
 
 impl Hop {
+    /// Stops the hop with SIGTERM and waits up to `within` for it to exit (a hop under a
+    /// profiler writes its figures then); killed after that.
+    pub fn stop(mut self, within: std::time::Duration) {
+        // SAFETY: signalling our own child process, not reaped yet.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                self.reaped = true;
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// The hop's (main) process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -114,7 +139,21 @@ pub fn tether(bin: &str, upstream: SocketAddr, extra: &[&str]) -> Hop {
 /// Starts the tether binary in front of the backend `upstream` names (`host:port`, or a URL
 /// such as `https://localhost:8443`).
 pub fn tether_url(bin: &str, upstream: &str, extra: &[&str]) -> Hop {
-    let mut child = Command::new(bin)
+    tether_wrapped(&[], bin, upstream, extra)
+}
+
+/// Starts the tether binary under the command line `prefix` (a profiler such as
+/// `valgrind --tool=callgrind`; empty: the binary itself) in front of `upstream`.
+pub fn tether_wrapped(prefix: &[String], bin: &str, upstream: &str, extra: &[&str]) -> Hop {
+    let mut cmd = match prefix.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let mut child = cmd
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -165,22 +204,29 @@ pub fn tether_url(bin: &str, upstream: &str, extra: &[&str]) -> Hop {
         admin,
         child,
         dir: None,
+        reaped: false,
     }
 }
 
 /// Starts nginx in front of `upstream` with a worker per core (`worker_processes auto`), or
 /// `None` when it is not installed.
 pub fn nginx(upstream: SocketAddr) -> Option<Hop> {
-    nginx_with(upstream, "auto")
+    nginx_with(upstream, "auto", &[])
 }
 
 /// Starts nginx in front of `upstream` with one worker process (`worker_processes 1`: one
 /// event loop, as the issue's CPU target compares against), or `None` when it is not installed.
 pub fn nginx_one_worker(upstream: SocketAddr) -> Option<Hop> {
-    nginx_with(upstream, "1")
+    nginx_with(upstream, "1", &[])
 }
 
-fn nginx_with(upstream: SocketAddr, workers: &str) -> Option<Hop> {
+/// Starts nginx as one process (`master_process off`: the master is the worker) under the
+/// command line `prefix` (a profiler), or `None` when it is not installed.
+pub fn nginx_wrapped(upstream: SocketAddr, prefix: &[String]) -> Option<Hop> {
+    nginx_with(upstream, "1", prefix)
+}
+
+fn nginx_with(upstream: SocketAddr, workers: &str, prefix: &[String]) -> Option<Hop> {
     let bin = ["/usr/sbin/nginx", "/usr/bin/nginx"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())?;
@@ -192,15 +238,28 @@ fn nginx_with(upstream: SocketAddr, workers: &str) -> Option<Hop> {
     let dir = std::env::temp_dir().join(format!("tether-load-nginx-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let d = dir.display();
+    let master = if prefix.is_empty() {
+        ""
+    } else {
+        "master_process off;\n"
+    };
     let conf = format!(
-        "worker_processes {workers};\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nworker_rlimit_nofile 65536;\n\
+        "{master}worker_processes {workers};\ndaemon off;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\nworker_rlimit_nofile 65536;\n\
          events {{ worker_connections 32768; }}\n\
          http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
            upstream producer {{ server {upstream}; keepalive 1024; }}\n\
            server {{\n    listen 127.0.0.1:{port} backlog=16384;\n    location / {{\n      proxy_pass http://producer;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_request_buffering off;\n      proxy_read_timeout 1h;\n    }}\n  }}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).ok()?;
-    let child = Command::new(bin)
+    let mut cmd = match prefix.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = cmd
         .args([
             "-c",
             &dir.join("nginx.conf").display().to_string(),
@@ -212,14 +271,16 @@ fn nginx_with(upstream: SocketAddr, workers: &str) -> Option<Hop> {
         .spawn()
         .ok()?;
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
-    // Ready once it accepts.
-    for _ in 0..200 {
+    // Ready once it accepts (a profiled nginx starts slowly).
+    let tries = if prefix.is_empty() { 200 } else { 3000 };
+    for _ in 0..tries {
         if std::net::TcpStream::connect(addr).is_ok() {
             return Some(Hop {
                 addr,
                 admin: None,
                 child,
                 dir: Some(dir),
+                reaped: false,
             });
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
