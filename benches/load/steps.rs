@@ -132,6 +132,7 @@ fn per(
 fn callgrind(out: &Path) -> Vec<String> {
     vec![
         "valgrind".into(),
+        "--quiet".into(),
         "--tool=callgrind".into(),
         format!("--callgrind-out-file={}", out.display()),
     ]
