@@ -142,17 +142,22 @@ pub fn tether_url(bin: &str, upstream: &str, extra: &[&str]) -> Hop {
     tether_wrapped(&[], bin, upstream, extra)
 }
 
-/// Starts the tether binary under the command line `prefix` (a profiler such as
-/// `valgrind --tool=callgrind`; empty: the binary itself) in front of `upstream`.
-pub fn tether_wrapped(prefix: &[String], bin: &str, upstream: &str, extra: &[&str]) -> Hop {
-    let mut cmd = match prefix.split_first() {
+/// `bin` run under the command line `prefix` (a profiler; empty: `bin` itself).
+fn command(prefix: &[String], bin: &str) -> Command {
+    match prefix.split_first() {
         Some((program, args)) => {
             let mut c = Command::new(program);
             c.args(args).arg(bin);
             c
         }
         None => Command::new(bin),
-    };
+    }
+}
+
+/// Starts the tether binary under the command line `prefix` (a profiler such as
+/// `valgrind --tool=callgrind`; empty: the binary itself) in front of `upstream`.
+pub fn tether_wrapped(prefix: &[String], bin: &str, upstream: &str, extra: &[&str]) -> Hop {
+    let mut cmd = command(prefix, bin);
     let mut child = cmd
         .args([
             "--listen",
@@ -251,14 +256,7 @@ fn nginx_with(upstream: SocketAddr, workers: &str, prefix: &[String]) -> Option<
            server {{\n    listen 127.0.0.1:{port} backlog=16384;\n    location / {{\n      proxy_pass http://producer;\n      proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_buffering off;\n      proxy_request_buffering off;\n      proxy_read_timeout 1h;\n    }}\n  }}\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), conf).ok()?;
-    let mut cmd = match prefix.split_first() {
-        Some((program, args)) => {
-            let mut c = Command::new(program);
-            c.args(args).arg(bin);
-            c
-        }
-        None => Command::new(bin),
-    };
+    let mut cmd = command(prefix, bin);
     let child = cmd
         .args([
             "-c",
