@@ -40,15 +40,14 @@ pub(crate) async fn resume(bin: &str, p: &Producer, n: u64, rate: u64) -> Vec<Ro
     first.sort_unstable();
     last.sort_unstable();
     missing.sort_unstable();
-    // Microseconds in, milliseconds out (`percentile` divides by 1,000).
-    let ms = |v: &[u64], q: f64| percentile(v, q);
+    // The samples are microseconds: `percentile` divides by 1,000, so these are milliseconds.
     vec![Row {
         scenario: format!("4 resume at the middle of {n}"),
         target: "tether",
         figures: vec![
-            ("first_byte_ms", ms(&first, 0.5)),
-            ("first_byte_max_ms", ms(&first, 1.0)),
-            ("last_missing_ms", ms(&last, 0.5)),
+            ("first_byte_ms", percentile(&first, 0.5)),
+            ("first_byte_max_ms", percentile(&first, 1.0)),
+            ("last_missing_ms", percentile(&last, 0.5)),
             (
                 "missing_events",
                 missing.get(missing.len() / 2).copied().unwrap_or(0) as f64,
