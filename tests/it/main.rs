@@ -21,6 +21,7 @@ mod journal;
 mod keepalive;
 mod layers;
 mod limits;
+mod links;
 mod ops;
 mod record;
 mod routes;
