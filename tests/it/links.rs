@@ -24,20 +24,29 @@ fn documents(root: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The text outside fenced code blocks and inline code spans, line by line.
+/// The text outside fenced code blocks and inline code spans, line by line (a code span may run
+/// on to the next line of its paragraph).
 fn prose(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut fenced = false;
+    let (mut fenced, mut in_code) = (false, false);
     for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            fenced = !fenced;
+        if line.trim_start().starts_with("```") || fenced {
+            fenced ^= line.trim_start().starts_with("```");
+            out.push(String::new());
             continue;
         }
-        if fenced {
-            continue;
+        if line.trim().is_empty() {
+            in_code = false;
         }
-        // Drop inline code spans: split on backticks and keep the even pieces.
-        let kept: String = line.split('`').step_by(2).collect::<Vec<_>>().join(" ");
+        let mut kept = String::new();
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+                kept.push(' ');
+            } else if !in_code {
+                kept.push(c);
+            }
+        }
         out.push(kept);
     }
     out
