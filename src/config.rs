@@ -12,18 +12,16 @@ mod file;
 mod flags;
 mod journal;
 mod pattern;
-mod resume_settings;
 mod route;
 mod route_conf;
-mod source;
 mod upstream_url;
 
 use std::net::SocketAddr;
 
-/// Default number of events kept in a run's replay window (`--window`).
-pub const DEFAULT_WINDOW: usize = 4096;
+pub use crate::journal::DEFAULT_WINDOW;
 
 pub use crate::error::ConfigError;
+pub use crate::vocab::kinds::DialectKind;
 pub use cors::{Cors, CorsConf, Origins};
 pub use file::{
     parse_file, AuthConf, Dur, File, JournalConf, Limits, Recorder, Server, Subject, Upstream,
@@ -31,12 +29,12 @@ pub use file::{
 pub use flags::{Flags, LogFormat};
 pub use journal::{Journal, JournalTls};
 pub use pattern::{Captures, RoutePath};
-pub use resume_settings::{
-    Alias, Answer, Completed, DialectKind, Expired, Ids, OnNothing, OnlyIf, Resume, Tokens,
-};
-pub use route::{match_route, Commit, Route};
+pub use route::{match_route, Route};
 pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind};
-pub use source::KeySource;
+pub use tether_core::settings::{
+    check_pointer, Alias, Answer, Commit, Completed, Expired, Ids, KeySource, OnNothing, OneOrMany,
+    OnlyIf, Resume, Tokens,
+};
 pub use upstream_url::UpstreamUrl;
 
 fn err(key: impl Into<String>, message: impl Into<String>) -> ConfigError {

@@ -11,34 +11,21 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::budget::Meter;
 use crate::error::UpstreamErrorKind;
+pub use crate::vocab::end::RunOutcome;
 use crate::vocab::kinds::DialectKind;
 
-pub(crate) use crate::vocab::label::label_enum;
 pub use crate::vocab::label::Label;
+pub(crate) use tether_core::label_enum;
 
-impl Label for UpstreamErrorKind {
-    fn all() -> &'static [Self] {
-        UpstreamErrorKind::ALL
-    }
-    fn as_str(self) -> &'static str {
-        UpstreamErrorKind::as_str(self)
-    }
-}
+/// A Prometheus gauge as the meter of a [`crate::budget::Budget`] (`tether_buffered_bytes`).
+#[derive(Debug, Clone)]
+pub struct GaugeMeter(pub IntGauge);
 
-label_enum! {
-    /// `tether_runs_finished_total{outcome}`: how a run ended.
-    pub enum RunOutcome {
-        /// The backend's answer was saved.
-        Persisted => "persisted",
-        /// It was not (reset, timeout, no terminal event, …).
-        NotPersisted => "not_persisted",
-        /// A newer run of the chat replaced it.
-        Superseded => "superseded",
-        /// A stop route stopped it.
-        Cancelled => "cancelled",
-        /// The replica producing it died or stalled (shared journal).
-        OwnerLost => "owner_lost",
+impl Meter for GaugeMeter {
+    fn add(&self, delta: i64) {
+        self.0.add(delta);
     }
 }
 

@@ -33,7 +33,7 @@ use tokio_util::task::TaskTracker;
 use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::{Config, RouteKind, UpstreamUrl};
-use crate::metrics::{EvictReason, Metrics};
+use crate::metrics::{EvictReason, GaugeMeter, Metrics};
 use crate::proxy::{Shared, Sidecar};
 use crate::state::auth::Auth;
 use crate::state::registry::{Registry, Swept};
@@ -142,7 +142,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         registry: registry.clone(),
         budget: Budget::with_gauge(
             cfg.limits.max_buffered_bytes,
-            metrics.buffered_bytes.clone(),
+            Arc::new(GaugeMeter(metrics.buffered_bytes.clone())),
         ),
         metrics: metrics.clone(),
         draining: Default::default(),

@@ -1,5 +1,5 @@
-//! Fuzzes the five stream formats' classifiers (`tether::record::format`), format detection, and the
-//! compactor (`tether::record::compact`) on the events the SSE decoder makes of the input.
+//! Fuzzes the five stream formats' classifiers (`tether_core::record::format`), format detection, and the
+//! compactor (`tether_core::record::compact`) on the events the SSE decoder makes of the input.
 //!
 //! For each format: every classified event is one line of JSON, an object, whose spans (type,
 //! name, merge key, delta, last-wins member) lie where they claim to. The compactor's capture
@@ -18,9 +18,9 @@ use std::ops::Range;
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use tether::record::compact::{Capture, Compactor};
-use tether::record::format::{self, Event, FormatKind, MergeClass};
-use tether::record::sse::{Decoded, Decoder, SseEvent};
+use tether_core::record::compact::{Capture, Compactor};
+use tether_core::record::format::{self, Event, FormatKind, MergeClass};
+use tether_core::record::sse::{Decoded, Decoder, SseEvent};
 
 fn in_bounds(r: &Range<usize>, len: usize) -> bool {
     r.start <= r.end && r.end <= len

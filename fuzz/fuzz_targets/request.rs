@@ -1,5 +1,5 @@
 //! Fuzzes the client request parsers: record, stop, status and attach (`POST` and `GET`)
-//! requests read through every kind of route key source (`tether::config::KeySource`: path,
+//! requests read through every kind of route key source (`tether_core::settings::KeySource`: path,
 //! json, body, query, header, cookie), `Last-Event-ID` and the resume cursors of the verbatim
 //! dialects, query decoding and annotate bodies. No input panics, and every accepted value
 //! keeps the documented limits: a chat id is 1 to 256 bytes without control characters, a run
@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use tether::config::{Completed, Expired, KeySource};
-use tether::dialect::{self, protocol1, Verbatim};
-use tether::journal::memory::MemoryJournal;
-use tether::request::{self, Parts, Query};
+use tether_core::dialect::{self, protocol1, Verbatim};
+use tether_core::journal::memory::MemoryJournal;
+use tether_core::request::{self, Parts, Query};
+use tether_core::settings::{Completed, Expired, KeySource};
 
 #[derive(Debug, Arbitrary)]
 struct Input {
@@ -154,7 +154,7 @@ fuzz_target!(|input: Input| {
             &source,
             &parts,
             Some(&m),
-            tether::error::Code::InvalidChatId,
+            tether_core::error::Code::InvalidChatId,
         );
     }
 

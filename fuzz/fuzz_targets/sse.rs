@@ -1,4 +1,4 @@
-//! Fuzzes the SSE decoder (`tether::record::sse::Decoder`): the input fed in one chunk must give the
+//! Fuzzes the SSE decoder (`tether_core::record::sse::Decoder`): the input fed in one chunk must give the
 //! same events as the input split at arbitrary points (split invariance, also with a small
 //! event cap), and, below the cap, the same events as a line-by-line reference decoder written
 //! here from the WHATWG rules. Raw frames (`keep_raw`) decode back to their events.
@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use tether::record::sse::{Decoded, Decoder};
+use tether_core::record::sse::{Decoded, Decoder};
 
 /// An event as compared: type, data, id; `None` data marks an oversized event.
 type Ev = (Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>);

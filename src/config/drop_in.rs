@@ -2,9 +2,9 @@
 //! aliases, `resume_on`, resume tokens, answer shapes and cancel ids (`docs/dialects.md`).
 
 use super::pattern::RoutePath;
-use super::resume_settings::{Alias, Answer, DialectKind, Ids, OnlyIf, Resume, Tokens};
 use super::route_conf::{RouteConf, RouteKind};
-use super::source::KeySource;
+use super::KeySource;
+use super::{Alias, Answer, DialectKind, Ids, OnlyIf, Resume, Tokens};
 use crate::error::ConfigError;
 
 /// A route's checked drop-in settings.
@@ -75,7 +75,7 @@ pub(super) fn drop_in(
             }
             let cursor_field = match (&rc.cursor_field, dialect) {
                 (Some(f), DialectKind::JsonCursor) => {
-                    super::source::check_pointer(f)
+                    super::check_pointer(f)
                         .map_err(|e| ConfigError::new(key("cursor_field"), e))?;
                     Some(f.clone())
                 }

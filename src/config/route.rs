@@ -1,34 +1,14 @@
 //! Routes: what each `[[routes]]` entry matches (method and path, first in file order wins) and
 //! does, where it finds the chat id, and when its runs count as persisted. The `prefix:value`
-//! settings parse with [`FromStr`], so the file and the flags share one grammar.
-
-use std::str::FromStr;
+//! settings parse with [`std::str::FromStr`], so the file and the flags share one grammar.
 
 use super::drop_in::{check_source, drop_in};
 use super::pattern::{Captures, RoutePath};
-use super::resume_settings::{Alias, Answer, Ids, OnNothing, Resume, Tokens};
 use super::route_conf::{OnMiss, RouteConf, RouteKind};
-use super::source::KeySource;
+use super::KeySource;
+use super::{Alias, Answer, Commit, Ids, OnNothing, Resume, Tokens};
 use crate::error::ConfigError;
 use crate::vocab::kinds::FormatChoice;
-
-/// When a run counts as persisted: `eof`, `clean_end` or `event:<TYPE>[:<name>]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Commit {
-    /// The upstream ended cleanly after a terminal event of its format.
-    Eof,
-    /// The upstream ended its body cleanly, whatever its last event (for streams whose format
-    /// tether does not judge, such as LangGraph's or an SSE v2 envelope). A close-delimited
-    /// body ends cleanly only after a terminal event (see `Ingest::at_close`).
-    CleanEnd,
-    /// An event of this type (and `name`, when given) arrived.
-    Event {
-        /// The event `type`.
-        ty: String,
-        /// The event `name` (for `CUSTOM`), if required.
-        name: Option<String>,
-    },
-}
 
 /// A validated route.
 #[derive(Debug, Clone)]
@@ -92,32 +72,6 @@ pub fn match_route<'a>(
     routes
         .iter()
         .find_map(|r| r.matches(method, path).map(|c| (r, c)))
-}
-
-impl FromStr for Commit {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "eof" {
-            return Ok(Commit::Eof);
-        }
-        if s == "clean_end" {
-            return Ok(Commit::CleanEnd);
-        }
-        let bad = || format!("{s:?} must be eof, clean_end or event:<TYPE>[:<name>]");
-        let rest = s.strip_prefix("event:").ok_or_else(bad)?;
-        match rest.split_once(':') {
-            Some((ty, name)) if !ty.is_empty() && !name.is_empty() => Ok(Commit::Event {
-                ty: ty.into(),
-                name: Some(name.into()),
-            }),
-            None if !rest.is_empty() => Ok(Commit::Event {
-                ty: rest.into(),
-                name: None,
-            }),
-            _ => Err(bad()),
-        }
-    }
 }
 
 /// Checks route `i` of the file and builds it.

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 use super::duration::Dur;
-use super::resume_settings::{Answer, Completed, Expired, Ids, OnNothing, OneOrMany};
+use super::{Answer, Completed, Expired, Ids, OnNothing, OneOrMany};
 
 /// What a route does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -1,6 +1,8 @@
-//! The layer table in `src/lib.rs` is true: read from the `use crate::…` paths of `src/` (tests
-//! left out), a top-level module uses only modules listed above it in the table, and under any
-//! one parent, the child modules form no import cycle.
+//! The layer tables in `src/lib.rs` and `crates/tether-core/src/lib.rs` are true: read from the
+//! `use crate::…` paths of each crate's sources (tests left out), a top-level module uses only
+//! modules listed above it in its crate's table, and under any one parent, the child modules form
+//! no import cycle. The core crate depends on no Pingora, Redis or networking crate (so the
+//! compiler, not only this test, keeps it pure).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -220,13 +222,12 @@ fn cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
     None
 }
 
-#[test]
-fn every_module_uses_only_the_layers_below_it_and_no_siblings_cycle() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The layer problems of the crate whose sources are in `root`.
+fn layer_problems(root: &Path) -> Vec<String> {
     let lib = std::fs::read_to_string(root.join("lib.rs")).unwrap();
     let order = table_order(&lib);
     let mut files = Vec::new();
-    modules(&root, &[], &mut files);
+    modules(root, &[], &mut files);
     let known: BTreeSet<Vec<String>> = files.iter().map(|(m, _)| m.clone()).collect();
 
     let mut problems = Vec::new();
@@ -254,7 +255,7 @@ fn every_module_uses_only_the_layers_below_it_and_no_siblings_cycle() {
                     if t > f {
                         problems.push(format!(
                             "{} uses crate::{}: `{to}` is listed after `{from}` in the layer table",
-                            path.strip_prefix(&root).unwrap().display(),
+                            path.display(),
                             used.join("::")
                         ));
                     }
@@ -271,11 +272,52 @@ fn every_module_uses_only_the_layers_below_it_and_no_siblings_cycle() {
     for (parent, edges) in &siblings {
         if let Some(c) = cycle(edges) {
             problems.push(format!(
-                "an import cycle under crate::{}: {}",
+                "an import cycle under {}::{}: {}",
+                root.display(),
                 parent.join("::"),
                 c.join(" → ")
             ));
         }
     }
+    problems
+}
+
+#[test]
+fn every_module_uses_only_the_layers_below_it_and_no_siblings_cycle() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut problems = layer_problems(&manifest.join("src"));
+    problems.extend(layer_problems(&manifest.join("crates/tether-core/src")));
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
+}
+
+#[test]
+fn the_core_crate_depends_on_no_pingora_redis_or_network_crate() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toml = std::fs::read_to_string(manifest.join("crates/tether-core/Cargo.toml")).unwrap();
+    let deps = toml
+        .split("[dependencies]")
+        .nth(1)
+        .and_then(|d| d.split("\n[").next())
+        .unwrap();
+    for line in deps.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        let name = line.split('=').next().unwrap_or("").trim();
+        for banned in [
+            "pingora", "redis", "hyper", "h2", "rustls", "socket2", "mio",
+        ] {
+            assert!(!name.starts_with(banned), "the core depends on {name}");
+        }
+        if name == "tokio" {
+            for feature in ["\"net\"", "\"io-util\"", "\"rt", "\"full\"", "\"process\""] {
+                assert!(
+                    !line.contains(feature),
+                    "the core's tokio has {feature}: {line}"
+                );
+            }
+        }
+    }
+    let lib = std::fs::read_to_string(manifest.join("src/lib.rs")).unwrap();
+    assert!(
+        lib.contains("pub use tether_core::"),
+        "the sidecar re-exports the core's modules"
+    );
 }

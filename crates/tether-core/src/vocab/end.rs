@@ -76,3 +76,19 @@ impl End {
         }
     }
 }
+
+label_enum! {
+    /// `tether_runs_finished_total{outcome}`: how a run ended.
+    pub enum RunOutcome {
+        /// The backend's answer was saved.
+        Persisted => "persisted",
+        /// It was not (reset, timeout, no terminal event, …).
+        NotPersisted => "not_persisted",
+        /// A newer run of the chat replaced it.
+        Superseded => "superseded",
+        /// A stop route stopped it.
+        Cancelled => "cancelled",
+        /// The replica producing it died or stalled (shared journal).
+        OwnerLost => "owner_lost",
+    }
+}

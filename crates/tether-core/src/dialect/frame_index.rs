@@ -2,11 +2,11 @@
 //! already has (`startIndex`); the replay is the raw frames from that index on.
 
 use super::{at_end, Plan, Refusal, Verbatim};
-use crate::config::{DialectKind, Expired};
 use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::settings::{DialectKind, Expired};
 use crate::vocab::RunId;
 
 /// The `frame_index` dialect: expired and unknown are `404`.

@@ -10,6 +10,7 @@ pub trait Label: Copy + 'static {
 }
 
 /// Declares a label enum: the variants, their label strings, `ALL` and `as_str()`.
+#[macro_export]
 macro_rules! label_enum {
     ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $var:ident => $s:literal,)+ }) => {
         $(#[$m])*
@@ -36,4 +37,4 @@ macro_rules! label_enum {
         }
     };
 }
-pub(crate) use label_enum;
+pub use crate::label_enum;

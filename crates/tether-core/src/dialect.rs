@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::config::{DialectKind, Expired, KeySource, Resume};
 use crate::error::ApiError;
 use crate::record::compact::Capture;
 use crate::request::Parts;
+use crate::settings::{DialectKind, Expired, KeySource, Resume};
 use crate::vocab::end::End;
 use crate::vocab::{ChatId, RunId};
 

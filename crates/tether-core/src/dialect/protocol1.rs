@@ -8,11 +8,11 @@ use bytes::{Bytes, BytesMut};
 use serde_json::{Map, Value};
 
 use super::{AttachRequest, Dialect, Incoming};
-use crate::config::KeySource;
 use crate::error::{ApiError, Code};
 use crate::frame::{self, EventEncoder};
 use crate::record::compact::Capture;
 use crate::request;
+use crate::settings::KeySource;
 use crate::vocab::end::End;
 use crate::vocab::RunId;
 

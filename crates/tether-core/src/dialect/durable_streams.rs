@@ -2,7 +2,7 @@
 //! resumable streams, read path, JSON mode). Parses a read (`offset`, `live`, `cursor`) and
 //! encodes what the reader gets: offsets, JSON arrays of messages, the end message, SSE `data`
 //! and `control` events and the collapsing cursor. Pure: no I/O; the serving loop is
-//! [`crate::deliver::durable`].
+//! the sidecar's Durable Streams writer.
 //!
 //! Each message is one recorded event's JSON; after the last event comes one end message (the
 //! protocol-1 `STREAM_END` object, so `persisted` reaches the reader) and the stream is closed.

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use thiserror::Error;
 
+use crate::vocab::label::Label;
 use crate::vocab::RunId;
 
 /// The stable code of an API error answer; each code has one HTTP status.
@@ -212,6 +213,15 @@ impl UpstreamErrorKind {
             UpstreamErrorKind::Status => "status",
             UpstreamErrorKind::Protocol => "protocol",
         }
+    }
+}
+
+impl Label for UpstreamErrorKind {
+    fn all() -> &'static [Self] {
+        UpstreamErrorKind::ALL
+    }
+    fn as_str(self) -> &'static str {
+        UpstreamErrorKind::as_str(self)
     }
 }
 

@@ -5,11 +5,11 @@
 //! like any other.
 
 use super::{at_end, expired, Plan, Refusal, Verbatim};
-use crate::config::{DialectKind, Expired};
 use crate::error::ApiError;
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::settings::{DialectKind, Expired};
 use crate::vocab::RunId;
 
 /// The `last_event_id` dialect.
@@ -58,10 +58,10 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::config::Commit;
     use crate::ingest::Ingest;
     use crate::journal::memory::MemoryJournal;
     use crate::record::format::agui::Agui;
+    use crate::settings::Commit;
     use crate::vocab::end::End;
 
     /// A run whose upstream wrote `ids`, one frame each, recorded with its ids made unique.

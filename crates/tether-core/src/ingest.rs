@@ -8,12 +8,12 @@
 use bytes::Bytes;
 
 use crate::budget::{Budget, Charge};
-use crate::config::Commit;
 use crate::journal::raw::Frame;
-use crate::metrics::RunOutcome;
 use crate::record::format::{detect_from_event, Event, Format, FormatKind};
 use crate::record::sse::{Decoded, Decoder};
 use crate::record::unique_ids::UniqueIds;
+use crate::settings::Commit;
+use crate::vocab::end::RunOutcome;
 use crate::vocab::end::{End, EndReason};
 
 /// Events searched for `event:` aliases before giving up on the ones not found.

@@ -81,7 +81,7 @@ fn end_reasons_read_as_their_wire_names() {
 
 #[test]
 fn every_end_reason_has_a_row_in_the_protocol_docs() {
-    let doc = include_str!("../../docs/protocol.md");
+    let doc = include_str!("../../../../docs/protocol.md");
     for r in EndReason::ALL {
         let row = format!("| `{}` |", r.as_str());
         assert!(doc.contains(&row), "docs/protocol.md has no row for {row}");

@@ -22,6 +22,9 @@ use raw::{Frame, Seek};
 
 use crate::vocab::end::End;
 
+/// Default number of events kept in a run's replay window (`--window`).
+pub const DEFAULT_WINDOW: usize = 4096;
+
 /// Why a cursor cannot be served from the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CursorMiss {

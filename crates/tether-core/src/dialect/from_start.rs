@@ -7,10 +7,10 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{Plan, Refusal, Verbatim};
-use crate::config::{Completed, DialectKind};
 use crate::error::ApiError;
 use crate::journal::Journal;
 use crate::journal::SnapshotCapture;
+use crate::settings::{Completed, DialectKind};
 use crate::vocab::RunId;
 
 /// The `from_start` dialect.

@@ -5,14 +5,14 @@
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tether::config::Commit;
-use tether::config::DEFAULT_WINDOW;
-use tether::dialect::from_start;
-use tether::frame;
-use tether::ingest::Ingest;
-use tether::record::format::{Event, FormatKind};
-use tether::record::sse::{Decoded, Decoder};
-use tether::state::run::Run;
+use tether_core::dialect::from_start;
+use tether_core::frame;
+use tether_core::ingest::Ingest;
+use tether_core::journal::memory::MemoryJournal;
+use tether_core::journal::{Journal, DEFAULT_WINDOW};
+use tether_core::record::format::{Event, FormatKind};
+use tether_core::record::sse::{Decoded, Decoder};
+use tether_core::settings::Commit;
 
 /// One text delta of `format` as its upstream sends it (the `i`-th of the turn).
 fn delta_event(format: FormatKind, i: usize, delta: &str) -> String {
@@ -57,13 +57,13 @@ fn upstream(
 }
 
 /// The whole recording path, as the producer runs it: one batch per upstream read.
-fn record(chunks: &[Bytes]) -> Run {
+fn record(chunks: &[Bytes]) -> MemoryJournal {
     record_as(FormatKind::Agui, chunks)
 }
 
 /// [`record`] for a stream of `format`.
-fn record_as(format: FormatKind, chunks: &[Bytes]) -> Run {
-    let run = Run::new("run-0123456789abcdef", DEFAULT_WINDOW);
+fn record_as(format: FormatKind, chunks: &[Bytes]) -> MemoryJournal {
+    let run = MemoryJournal::new(&"run-0123456789abcdef".into(), DEFAULT_WINDOW);
     let mut ingest = Ingest::new(Some(format.format()), Commit::Eof, 8 << 20);
     let mut batch: Vec<Event> = Vec::new();
     for c in chunks {
@@ -167,7 +167,7 @@ fn benches(c: &mut Criterion) {
     g.bench_function("snapshot_serialize", |b| {
         b.iter_batched(
             || cap.clone(),
-            |cap| frame::snapshot(&tether::vocab::RunId::from("r"), cap.seq, &cap.history),
+            |cap| frame::snapshot(&tether_core::vocab::RunId::from("r"), cap.seq, &cap.history),
             BatchSize::SmallInput,
         )
     });

@@ -3,11 +3,11 @@
 //! frame that carries it. Frames without the field do not advance the cursor.
 
 use super::{at_end, expired, Plan, Refusal, Verbatim};
-use crate::config::{DialectKind, Expired};
 use crate::error::{ApiError, Code};
 use crate::journal::raw::Seek;
 use crate::journal::Journal;
 use crate::journal::SeekBy;
+use crate::settings::{DialectKind, Expired};
 use crate::vocab::RunId;
 
 /// The `json_cursor` dialect.

@@ -10,13 +10,29 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use prometheus::IntGauge;
+/// Where a budget mirrors what it holds (the sidecar's `tether_buffered_bytes` gauge).
+pub trait Meter: Send + Sync {
+    /// Adds `delta` bytes (negative: gives them back).
+    fn add(&self, delta: i64);
+    /// Takes `delta` bytes off.
+    fn sub(&self, delta: i64) {
+        self.add(-delta);
+    }
+}
 
-#[derive(Debug)]
 struct Inner {
     used: AtomicUsize,
     max: usize,
-    gauge: Option<IntGauge>,
+    gauge: Option<Arc<dyn Meter>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("used", &self.used)
+            .field("max", &self.max)
+            .finish()
+    }
 }
 
 /// A byte budget: at most `max` bytes held at once by all its [`Charge`]s.
@@ -34,7 +50,7 @@ impl Budget {
     }
 
     /// A budget of `max` bytes whose use is mirrored in `gauge`.
-    pub fn with_gauge(max: usize, gauge: IntGauge) -> Self {
+    pub fn with_gauge(max: usize, gauge: Arc<dyn Meter>) -> Self {
         Budget(Arc::new(Inner {
             used: AtomicUsize::new(0),
             max,

@@ -59,7 +59,7 @@ impl KeySource {
 }
 
 /// Checks an RFC 6901 pointer: `/`-prefixed tokens in which `~` only starts `~0` or `~1`.
-pub(super) fn check_pointer(p: &str) -> Result<(), String> {
+pub fn check_pointer(p: &str) -> Result<(), String> {
     if !p.starts_with('/') {
         return Err(format!("the JSON pointer {p:?} must start with /"));
     }

@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::config::KeySource;
 use crate::error::{ApiError, Code};
+use crate::settings::KeySource;
 use crate::vocab::{ChatId, RunId};
 
 /// Longest chat id accepted, in bytes.
