@@ -232,8 +232,23 @@ impl Upstream {
     }
 }
 
+/// Joins a request's `Cookie` lines into one, `; ` between them (an HTTP/2 client's cookie
+/// crumbs, RFC 9113 §8.2.3; see [`crate::request::joined_cookies`]). The proxy does it as a
+/// request arrives, so that every reader of the header and every path that forwards the request
+/// sees one line; [`outgoing`] does it again for tether's own exchanges.
+pub fn join_cookies(req: &mut RequestHeader) {
+    if let Some(joined) = crate::request::joined_cookies(&req.headers) {
+        // Through Pingora's own calls, which keep an HTTP/1.1 request's header-name case map
+        // in step with the headers.
+        req.remove_header(&http::header::COOKIE);
+        if !joined.is_empty() {
+            let _ = req.insert_header(http::header::COOKIE, joined);
+        }
+    }
+}
+
 /// The request as forwarded: the client's, minus hop-by-hop headers and any `X-Tether-Run-Id`
-/// the client sent, with the body length, `Accept-Encoding: identity` and, when tether names
+/// the client sent, its `Cookie` lines joined into one, with the body length, `Accept-Encoding: identity` and, when tether names
 /// the run (`run_id`), its own `X-Tether-Run-Id`; `host`, when given, replaces the client's
 /// `Host` (an HTTPS backend's own name).
 fn outgoing(
@@ -256,6 +271,7 @@ fn outgoing(
     for name in hop_by_hop(&req.headers) {
         h.remove_header(&name);
     }
+    join_cookies(&mut h);
     h.remove_header(RUN_ID_HEADER);
     h.insert_header("content-length", len.to_string())?;
     h.insert_header("accept-encoding", "identity")?;

@@ -95,7 +95,9 @@ impl ProxyHttp for Sidecar {
     /// compressor), so it adds none and saves their work on every body write.
     fn init_downstream_modules(&self, _modules: &mut pingora_core::modules::http::HttpModules) {}
 
-    /// Runs after the request header is read. Embedded files (the browser client, the demo
+    /// Runs after the request header is read. Joins the request's `Cookie` lines into one
+    /// (HTTP/2 cookie crumbs, RFC 9113 §8.2.3) for everything after it, Pingora's pass-through
+    /// included. Embedded files (the browser client, the demo
     /// page), record, attach and control routes are answered here in full (returns `true`);
     /// pass-through routes return `false` and continue to [`Self::upstream_peer`]. Default (not
     /// overridden): `Ok(false)`.
@@ -109,6 +111,9 @@ impl ProxyHttp for Sidecar {
             );
             return finish(session, cors, Err(e)).await;
         }
+        // One `Cookie` line from here on, for the caller's identity, key sources and every
+        // path that forwards the request (HTTP/2 cookie crumbs joined).
+        crate::backend::join_cookies(session.req_header_mut());
         if let Some(h) = cors.preflight(&self.shared.cfg.routes, session.req_header()) {
             let _ = session.write_response_header(Box::new(h), true).await;
             return Ok(true);

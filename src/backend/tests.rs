@@ -33,6 +33,38 @@ fn a_client_sent_run_id_header_is_never_forwarded() {
 }
 
 #[test]
+fn cookie_lines_go_out_as_one_line_joined_with_a_semicolon() {
+    // An HTTP/1.1 request (with Pingora's header-name case map) and an HTTP/2 one (without).
+    for mut req in [
+        RequestHeader::build("POST", b"/chat", None).unwrap(),
+        RequestHeader::build_no_case("POST", b"/chat", None).unwrap(),
+    ] {
+        req.append_header("cookie", "a=1").unwrap();
+        req.append_header("x-kept", "1").unwrap();
+        req.append_header("cookie", "sid=abc").unwrap();
+        req.append_header("cookie", "chat=c7").unwrap();
+        let out = outgoing(&req, 0, None, None).unwrap();
+        let lines: Vec<_> = out.headers.get_all("cookie").iter().collect();
+        assert_eq!(lines, ["a=1; sid=abc; chat=c7"]);
+        let mut wire = Vec::new();
+        out.header_to_h1_wire(&mut wire);
+        let wire = String::from_utf8(wire).unwrap().to_ascii_lowercase();
+        assert_eq!(wire.matches("cookie:").count(), 1, "{wire}");
+        assert!(wire.contains("x-kept: 1"), "{wire}");
+    }
+    // One line is left as it came; crumbs that are all empty go.
+    let mut req = RequestHeader::build("GET", b"/", None).unwrap();
+    req.append_header("Cookie", "a=1;b=2").unwrap();
+    join_cookies(&mut req);
+    assert_eq!(req.headers["cookie"], "a=1;b=2");
+    req.remove_header("cookie");
+    req.append_header("cookie", "").unwrap();
+    req.append_header("cookie", " ").unwrap();
+    join_cookies(&mut req);
+    assert!(req.headers.get("cookie").is_none());
+}
+
+#[test]
 fn a_relayed_response_loses_its_hop_by_hop_headers_and_is_rechunked() {
     let mut h = ResponseHeader::build(200, None).unwrap();
     h.insert_header("connection", "close, x-hop").unwrap();

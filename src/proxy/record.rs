@@ -8,7 +8,7 @@ use bytes::Bytes;
 use log::info;
 use pingora_proxy::Session;
 
-use super::resume::{first_key, refused};
+use super::resume::{first_key, refused, Reader};
 use super::retry::{key_names, Retry};
 use super::session::{
     forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
@@ -145,7 +145,7 @@ impl Sidecar {
         match dialect.plan(run.id(), run.journal(), Some(&id)) {
             Err(e) => Some(Err(e)),
             Ok(Ok(plan)) => Some(
-                self.serve_verbatim(session, &run, plan, kind, inject, owner)
+                self.serve_verbatim(session, &run, plan, Reader::Resume(kind), inject, owner)
                     .await,
             ),
             Ok(Err(Refusal::Nothing)) => {
@@ -154,8 +154,15 @@ impl Sidecar {
                 Some(answer)
             }
             Ok(Err(Refusal::Expired(_))) => Some(
-                self.serve_verbatim(session, &run, Plan::Render, kind, inject, owner)
-                    .await,
+                self.serve_verbatim(
+                    session,
+                    &run,
+                    Plan::Render,
+                    Reader::Resume(kind),
+                    inject,
+                    owner,
+                )
+                .await,
             ),
             // An id tether never recorded: a new turn.
             Ok(Err(Refusal::Unknown)) => None,
@@ -327,12 +334,18 @@ impl Sidecar {
                 Ok(Box::pin(relay(session, header, &mut Source::Tee(tee), limit)).await)
             }
             Ok(Head::Live { run, guard, .. }) if from_raw => {
-                // The reader counts itself in from here on.
+                // The reader counts itself in from here on (an observer, not an attach).
                 drop(guard);
-                let kind = DialectKind::LastEventId;
                 let inject = route.ids == Ids::Inject;
-                self.serve_verbatim(session, &run, Plan::From(0), kind, inject, &owner)
-                    .await
+                self.serve_verbatim(
+                    session,
+                    &run,
+                    Plan::From(0),
+                    Reader::Requester,
+                    inject,
+                    &owner,
+                )
+                .await
             }
             Ok(Head::Live {
                 run,

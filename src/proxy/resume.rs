@@ -50,6 +50,17 @@ pub(crate) fn run_key(
     Ok(first_key(sources, parts, body)?.map(RunId::from))
 }
 
+/// Who a verbatim stream ([`Sidecar::serve_verbatim`]) is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// A client resuming (or attaching) in this dialect: counted in `tether_attach_total`.
+    Resume(DialectKind),
+    /// The turn's own requester, or a retry that joins its run, reading the upstream's bytes
+    /// from the raw record (ids added or made unique): not an attach, so not counted, as a
+    /// protocol-1 requester is not.
+    Requester,
+}
+
 /// What a request names, for the shared journal's lookup before the registry's.
 pub(crate) enum Lookup {
     /// A run by tether's run id or an alias.
@@ -191,7 +202,7 @@ impl Sidecar {
                 return r.1;
             }
         };
-        self.serve_verbatim(session, &run, plan, kind, false, &owner)
+        self.serve_verbatim(session, &run, plan, Reader::Resume(kind), false, &owner)
             .await
     }
 
@@ -249,30 +260,32 @@ impl Sidecar {
     }
 
     /// Writes the run's recorded response header (plus resume-token headers) and serves the
-    /// raw record from `plan` until the run ends.
+    /// raw record from `plan` until the run ends; a resume is counted in `tether_attach_total`.
     pub(crate) async fn serve_verbatim(
         &self,
         session: &mut Session,
         run: &Arc<Run>,
         plan: Plan,
-        kind: DialectKind,
+        reader: Reader,
         inject_ids: bool,
         owner: &Owner,
     ) -> Handled {
         let s = &self.shared;
         self.room_for_reader(run)?;
-        let result = match plan {
-            Plan::Render => AttachResult::Snapshot,
-            Plan::From(_) => AttachResult::Replay,
-            Plan::Empty => AttachResult::EndOnly,
-        };
-        s.metrics.attach.inc(kind, result);
-        debug!(
-            "resume ({}) of run {}: {}",
-            kind.as_str(),
-            run.id(),
-            result.as_str()
-        );
+        if let Reader::Resume(kind) = reader {
+            let result = match plan {
+                Plan::Render => AttachResult::Snapshot,
+                Plan::From(_) => AttachResult::Replay,
+                Plan::Empty => AttachResult::EndOnly,
+            };
+            s.metrics.attach.inc(kind, result);
+            debug!(
+                "resume ({}) of run {}: {}",
+                kind.as_str(),
+                run.id(),
+                result.as_str()
+            );
+        }
         let mut header = match run.header() {
             Some(h) => relayed((*h).clone(), true),
             None => sse_header()?,

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use log::info;
 use pingora_proxy::Session;
 
+use super::resume::Reader;
 use super::session::{observe, write_sse_header, Handled, Reply};
 use super::Sidecar;
-use crate::config::{DialectKind, Ids, Route};
+use crate::config::{Ids, Route};
 use crate::dialect::Plan;
 use crate::error::{ApiError, Code};
 use crate::state::attach_policy::Start;
@@ -146,10 +147,17 @@ impl Sidecar {
             run.id()
         );
         if legacy {
+            // Counted as a join (above), not as an attach, as a protocol-1 join is.
             let inject = route.ids == Ids::Inject;
-            let kind = DialectKind::LastEventId;
             return self
-                .serve_verbatim(session, run, Plan::From(0), kind, inject, owner)
+                .serve_verbatim(
+                    session,
+                    run,
+                    Plan::From(0),
+                    Reader::Requester,
+                    inject,
+                    owner,
+                )
                 .await;
         }
         if !write_sse_header(session, &s.cors, run.id()).await {

@@ -7,6 +7,7 @@ mod common;
 
 mod ai_sdk;
 mod aliases;
+mod counts;
 mod durable_streams;
 mod eventsource;
 mod igraph;

@@ -638,3 +638,132 @@ async fn a_resume_dialect_answers_over_http2() {
         .collect();
     assert_eq!(Reduced::of(&replayed), Reduced::of(&events));
 }
+
+/// A browser's HTTP/2 cookie crumbs: one `cookie` field per cookie.
+const CRUMBS: [(&str, &str); 3] = [
+    ("cookie", "theme=dark"),
+    ("cookie", "sid=u1"),
+    ("cookie", "chat=c7"),
+];
+
+/// Routes that read the chat id and the caller from cookies, with one route of each kind that
+/// forwards the request to the backend.
+const COOKIE_ROUTES: &str = r#"
+[auth]
+subject = "cookie:sid"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat"
+kind = "record"
+chat_id = "cookie:chat"
+
+[[routes]]
+methods = ["POST", "GET"]
+path = "/chat/live"
+kind = "attach"
+chat_id = "cookie:chat"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/approve"
+kind = "annotate"
+chat_id = "cookie:chat"
+
+[[routes]]
+methods = ["POST"]
+path = "/chat/stop"
+kind = "stop"
+chat_id = "cookie:chat"
+forward = true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_cookie_crumbs_reach_the_backend_as_one_line_on_every_path() {
+    let events = turn(3);
+    let ev = events.clone();
+    let be = backend(move |r: &Req| match r.path.as_str() {
+        "/chat" => scripted_turn(&ev, None),
+        _ => fixed_answer(200, "application/json", "{}"),
+    })
+    .await;
+    let ca = TestCa::new("h2-cookies");
+    let server = ca.issue("listener", &["localhost"]);
+    let tether = https_tether(be.addr, &server, COOKIE_ROUTES).await;
+    let mut c = H2::connect(tether.addr, &ca).await;
+    let json = ("content-type", "application/json");
+    let with = |extra: (&'static str, &'static str)| {
+        let mut h = CRUMBS.to_vec();
+        h.push(extra);
+        h
+    };
+
+    // A recorded turn: the chat id and the caller come from the second and third crumbs.
+    let mut rec = c
+        .request("POST", "/chat", &with(json), br#"{"protocol":1}"#)
+        .await;
+    assert_eq!(rec.status, 200);
+    let frames = rec.frames_to_end().await;
+    assert_eq!(frames.last().unwrap().json["persisted"], json!(true));
+    let run = frames[0].json["run_id"].as_str().unwrap().to_string();
+    // The same caller, its crumbs in another order, attaches to that run; another caller
+    // (another `sid`) has no such chat.
+    let order = [CRUMBS[2], CRUMBS[1], json];
+    let attach =
+        serde_json::to_vec(&json!({"protocol": 1, "run_id": run, "after_seq": 0})).unwrap();
+    let mut live = c.request("POST", "/chat/live", &order, &attach).await;
+    assert_eq!(live.status, 200);
+    let again = live.frames_to_end().await;
+    assert_eq!(again[0].json["run_id"], json!(run));
+    assert_eq!(again.last().unwrap().ty(), "STREAM_END");
+    let other = [CRUMBS[2], ("cookie", "sid=u2"), json];
+    let none = c.request("POST", "/chat/live", &other, &attach).await;
+    assert_eq!(none.status, 204);
+
+    // Pass-through, a legacy attach and an annotate (tether's own forward), and a stop that
+    // the route forwards too (detached).
+    let mut pass = c.request("GET", "/other", &CRUMBS, b"").await;
+    assert_eq!(pass.status, 200);
+    pass.body_to_end().await;
+    let mut legacy = c.request("POST", "/chat/live", &with(json), b"{}").await;
+    assert_eq!(legacy.status, 200);
+    legacy.body_to_end().await;
+    let mut annotate = c.request("POST", "/chat/approve", &with(json), b"{}").await;
+    assert_eq!(annotate.status, 200);
+    annotate.body_to_end().await;
+    let mut stop = c.request("POST", "/chat/stop", &with(json), b"{}").await;
+    assert_eq!(stop.status, 200);
+    stop.body_to_end().await;
+
+    eventually("the backend logged five requests", || {
+        be.requests.lock().len() == 5
+    })
+    .await;
+    let requests = be.requests.lock().clone();
+    let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/chat",
+            "/other",
+            "/chat/live",
+            "/chat/approve",
+            "/chat/stop"
+        ]
+    );
+    for r in &requests {
+        let lines: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| k == "cookie")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(
+            lines,
+            ["theme=dark; sid=u1; chat=c7"],
+            "{} {}",
+            r.method,
+            r.path
+        );
+    }
+}

@@ -195,6 +195,31 @@ fn pointer<'v>(body: &'v Map<String, Value>, pointer: &str) -> Option<&'v Value>
     body.get(&first)?.pointer(rest)
 }
 
+/// A request's `Cookie` header lines joined into one value, `; ` between them, when it has more
+/// than one (`None` otherwise: nothing to change). An HTTP/2 client may split its cookies into
+/// one `cookie` field each, and RFC 9113 §8.2.3 says they must be joined so before the request
+/// goes on as HTTP/1.1, where a `Cookie` header is one line (RFC 6265 §5.4): a backend that
+/// reads only one line, or joins repeated headers with `,`, would lose or garble the rest. Empty
+/// lines are dropped; an all-empty set joins to an empty value.
+pub fn joined_cookies(headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+    let mut lines = headers.get_all(http::header::COOKIE).iter();
+    lines.next()?;
+    lines.next()?;
+    let mut joined: Vec<u8> = Vec::new();
+    for v in headers.get_all(http::header::COOKIE) {
+        let crumb = v.as_bytes().trim_ascii();
+        if crumb.is_empty() {
+            continue;
+        }
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(crumb);
+    }
+    // Each line was a valid field value, and `; ` is one too.
+    http::HeaderValue::from_bytes(&joined).ok()
+}
+
 /// The value of a cookie in the `Cookie` header, as sent.
 fn cookie(header: Option<String>, name: &str) -> Option<String> {
     let header = header?;

@@ -115,3 +115,15 @@ pub async fn attach_metric(tether: &Sidecar, dialect: &str, result: &str) -> f64
 pub fn requests(be: &Backend) -> usize {
     be.requests.lock().len()
 }
+
+/// Every `tether_attach_total` sample summed: all the attaches and resumes counted, whatever
+/// their dialect and result.
+pub async fn attach_total(tether: &Sidecar) -> f64 {
+    tether
+        .metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("tether_attach_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}

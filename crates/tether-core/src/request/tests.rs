@@ -226,6 +226,36 @@ fn cookies_and_headers_are_key_sources() {
 }
 
 #[test]
+fn cookie_lines_join_with_a_semicolon_and_a_space() {
+    let headers = |lines: &[&str]| {
+        let mut h = http::HeaderMap::new();
+        for l in lines {
+            h.append(
+                http::header::COOKIE,
+                http::HeaderValue::from_str(l).unwrap(),
+            );
+        }
+        h
+    };
+    // One line or none: nothing to change.
+    assert_eq!(joined_cookies(&headers(&[])), None);
+    assert_eq!(joined_cookies(&headers(&["a=1; b=2"])), None);
+    // HTTP/2 crumbs, in order; empty ones dropped, padding trimmed.
+    assert_eq!(
+        joined_cookies(&headers(&["a=1", "sid=s%201", " ", "chat=c7; x=y "])).unwrap(),
+        "a=1; sid=s%201; chat=c7; x=y"
+    );
+    assert_eq!(joined_cookies(&headers(&["", ""])).unwrap(), "");
+    // Bytes that are not UTF-8 pass through as they came.
+    let mut h = headers(&["a=1"]);
+    h.append(
+        http::header::COOKIE,
+        http::HeaderValue::from_bytes(b"b=\xff").unwrap(),
+    );
+    assert_eq!(joined_cookies(&h).unwrap().as_bytes(), b"a=1; b=\xff");
+}
+
+#[test]
 fn a_body_field_on_a_request_without_body_reads_the_query() {
     assert_eq!(
         status(&src("body:conversation"), &query("conversation=c%2B1")).unwrap(),
