@@ -7,6 +7,7 @@
 pub mod connect;
 pub mod dns;
 pub mod exchange;
+pub mod slots;
 pub mod tls;
 pub mod wire;
 
@@ -20,6 +21,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 pub use exchange::Exchange;
 
 use connect::{Connects, Refused};
+use slots::{Slot, Slots};
 
 use crate::config;
 use crate::error::{UpstreamError, UpstreamErrorKind};
@@ -88,6 +90,7 @@ pub fn relayed(mut h: ResponseHeader, chunked: bool) -> ResponseHeader {
 pub struct Upstream {
     connector: TransportConnector,
     connects: Connects,
+    slots: std::sync::Arc<Slots>,
     peer: Resolved,
     opts: config::Upstream,
     /// The `Host` of every forwarded request, for an HTTPS backend (its URL's); a plain
@@ -115,6 +118,7 @@ impl Upstream {
         Ok(Upstream {
             connector: TransportConnector::new(None),
             connects: Connects::new(opts.max_connecting, opts.connect_queue_timeout.0),
+            slots: Slots::new(opts.max_requests.unwrap_or_else(slots::descriptor_share)),
             peer: Resolved::new(peer, &url.hostport(), opts.connect_timeout.0),
             opts,
             host: url.tls.then(|| url.authority()),
@@ -137,23 +141,36 @@ impl Upstream {
         &self.connects
     }
 
+    /// A slot for one request to the backend (`[upstream] max_requests`), held until the
+    /// request's exchange ends; `None` (counted) when all are held: answer `503 at_capacity`.
+    pub fn slot(&self) -> Option<Slot> {
+        self.slots.try_take()
+    }
+
+    /// The request slots, for their gauges.
+    pub fn slots(&self) -> &Slots {
+        &self.slots
+    }
+
     /// The peer, for Pingora's pass-through path.
     pub fn peer(&self) -> Box<HttpPeer> {
         Box::new(HttpPeer::clone(&self.peer.current()))
     }
 
-    /// Sends `req` with `body` and reads the response head. The request goes to the backend at
-    /// most once: only a pooled connection found gone before any byte of the request was
-    /// written to it (the backend closed the idle connection meanwhile) is retried, once, on a
-    /// fresh one. Once a byte was written, a failure before the answer (a close, a reset, a
-    /// timeout, a garbled head) is the caller's error: the backend may be running the turn.
-    /// (Pingora's pool drops idle connections the backend closed, and checks each one again
-    /// just before handing it out.)
+    /// Sends `req` with `body` and reads the response head; the exchange holds `slot` until it
+    /// ends (on a failure it is given back at once). The request goes to the backend at most
+    /// once: only a pooled connection found gone before any byte of the request was written to
+    /// it (the backend closed the idle connection meanwhile) is retried, once, on a fresh one.
+    /// Once a byte was written, a failure before the answer (a close, a reset, a timeout, a
+    /// garbled head) is the caller's error: the backend may be running the turn. (Pingora's
+    /// pool drops idle connections the backend closed, and checks each one again just before
+    /// handing it out.)
     pub async fn open(
         &self,
         req: &RequestHeader,
         body: &Bytes,
         run_id: Option<&RunId>,
+        slot: Slot,
     ) -> Result<Exchange, UpstreamError> {
         let refused = |e: String| {
             UpstreamError::new(
@@ -177,7 +194,7 @@ impl Upstream {
                 .await
                 .map_err(|r| self.unreachable(&peer, r))?;
             match Exchange::start(stream, &head, body, &header.method, limits).await {
-                Ok(x) => return Ok(x.pooled_as(peer.reuse_hash())),
+                Ok(x) => return Ok(x.pooled_as(peer.reuse_hash()).holding(slot)),
                 Err(f) if f.retry && reused && !retried => retried = true,
                 Err(f) => return Err(f.error),
             }

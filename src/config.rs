@@ -172,8 +172,17 @@ impl Config {
         if let Some(v) = flags.keepalive_timeout {
             file.server.keepalive_timeout = Dur(v);
         }
+        if let Some(v) = flags.body_timeout {
+            file.server.body_timeout = Dur(v);
+        }
         if let Some(v) = flags.max_connections {
             file.server.max_connections = Some(v);
+        }
+        if let Some(v) = flags.max_streams_per_connection {
+            file.server.max_streams_per_connection = v;
+        }
+        if let Some(v) = flags.upstream_max_requests {
+            file.upstream.max_requests = Some(v);
         }
         if let Some(v) = flags.serve_client {
             file.server.serve_client = Some(v);
@@ -384,8 +393,20 @@ impl File {
         if self.server.keepalive_timeout.0.is_zero() {
             return Err(err("server.keepalive_timeout", "must be more than 0s"));
         }
+        if self.server.body_timeout.0.is_zero() {
+            return Err(err("server.body_timeout", "must be more than 0s"));
+        }
         if self.server.max_connections == Some(0) {
             return Err(err("server.max_connections", "must be at least 1"));
+        }
+        if self.server.max_streams_per_connection == 0 {
+            return Err(err(
+                "server.max_streams_per_connection",
+                "must be at least 1",
+            ));
+        }
+        if self.upstream.max_requests == Some(0) {
+            return Err(err("upstream.max_requests", "must be at least 1"));
         }
         if self.upstream.idle_timeout.0.is_zero() {
             return Err(err("upstream.idle_timeout", "must be more than 0s"));

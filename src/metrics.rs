@@ -4,6 +4,8 @@
 //! of it is exported at zero from the start, so a scrape before the first request sees every
 //! family.
 
+pub mod downstream;
+
 use std::marker::PhantomData;
 
 use prometheus::{

@@ -22,6 +22,7 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::slots::Slot;
 use crate::backend::{is_recordable, Exchange, Upstream};
 use crate::budget::Budget;
 use crate::config::{Alias, Commit, RawRecord, Tokens};
@@ -84,6 +85,9 @@ pub struct Job {
     pub request: RequestHeader,
     /// The client's request body.
     pub body: Bytes,
+    /// The request's hold on a backend connection (`[upstream] max_requests`), kept until
+    /// the run's exchange with the backend ends.
+    pub slot: Slot,
     /// How the route records the run.
     pub rules: Rules,
     /// The sidecar-wide budget of bytes buffered for clients and backends (unfinished events,
@@ -150,12 +154,13 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         route,
         request,
         body,
+        slot,
         rules,
         budget,
         max_duration,
         legacy,
     } = *job;
-    let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id))).await {
+    let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
         Err(e) => {
             let _ = head.send(failed(&m, &run_id, e));

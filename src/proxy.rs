@@ -8,6 +8,7 @@ mod assets;
 mod attach;
 mod control;
 mod cors;
+pub mod deadline;
 mod durable;
 mod record;
 mod resume;
@@ -23,13 +24,15 @@ use pingora_core::Result;
 use pingora_http::RequestHeader;
 use pingora_proxy::{ProxyHttp, Session};
 
+use crate::backend::slots::Slot;
 use crate::config::{match_route, Captures, Route, RouteKind};
 use crate::error::{ApiError, Code};
 use crate::state::auth::Owner;
 use crate::vocab::{RunId, Scope};
 pub use assets::CLIENT_PATH;
 pub use cors::Cors;
-use session::finish;
+use deadline::BodyWatch;
+use session::{at_capacity, finish};
 pub use shared::Shared;
 
 /// The `ProxyHttp` implementation.
@@ -62,6 +65,35 @@ impl Sidecar {
     pub(crate) fn owner(&self, session: &Session) -> std::result::Result<Owner, ApiError> {
         self.shared.auth.owner(&session.req_header().headers)
     }
+
+    /// Sets a pass-through up before Pingora proxies it: a backend slot (none free: `503
+    /// at_capacity`, answered here, returns `true`), the client write timeout (Pingora's proxy
+    /// has none: a client that stops reading would hold its stream and a backend connection for
+    /// ever), and the body deadline armed while the body is still to come.
+    async fn pass_through(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let s = &self.shared;
+        let Some(slot) = s.upstream.slot() else {
+            return finish(session, &s.cors, Err(at_capacity(s))).await;
+        };
+        ctx.slot = Some(slot);
+        session.set_write_timeout(Some(s.cfg.server.write_timeout.0));
+        if let Some(w) = &ctx.body {
+            if !session.as_mut().is_body_done() {
+                w.arm();
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// What one request carries from one of the adapter's hooks to the next (Pingora makes it with
+/// [`ProxyHttp::new_ctx`] and drops it when the request ends).
+#[derive(Debug, Default)]
+pub struct Ctx {
+    /// A pass-through's hold on a backend connection (`[upstream] max_requests`).
+    slot: Option<Slot>,
+    /// The request's body deadline, armed for a pass-through ([`deadline`]).
+    body: Option<BodyWatch>,
 }
 
 /// The route a request matched, with its path captures (raw, as in the request path).
@@ -85,10 +117,16 @@ fn header_bytes(req: &RequestHeader) -> usize {
 
 #[async_trait]
 impl ProxyHttp for Sidecar {
-    type CTX = ();
+    type CTX = Ctx;
 
-    /// Runs once per request, before anything else; this proxy keeps no per-request context.
-    fn new_ctx(&self) -> Self::CTX {}
+    /// Runs once per request, before anything else: the request's body deadline, when it runs
+    /// under one, and no backend slot yet.
+    fn new_ctx(&self) -> Self::CTX {
+        Ctx {
+            slot: None,
+            body: BodyWatch::current(),
+        }
+    }
 
     /// Runs once at start to set up the downstream modules. The default adds response
     /// compression (disabled); tether never compresses (an SSE stream would stick in the
@@ -99,11 +137,15 @@ impl ProxyHttp for Sidecar {
     /// (HTTP/2 cookie crumbs, RFC 9113 §8.2.3) for everything after it, Pingora's pass-through
     /// included. Embedded files (the browser client, the demo
     /// page), record, attach and control routes are answered here in full (returns `true`);
-    /// pass-through routes return `false` and continue to [`Self::upstream_peer`]. Default (not
-    /// overridden): `Ok(false)`.
-    async fn request_filter(&self, session: &mut Session, _ctx: &mut ()) -> Result<bool> {
+    /// pass-through routes return `false` and continue to [`Self::upstream_peer`], unless every
+    /// backend slot is held (then `503 at_capacity`, answered here). Default (not overridden):
+    /// `Ok(false)`.
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let max = self.shared.cfg.limits.max_header_bytes;
         let cors = &self.shared.cors;
+        // A body left unread behind an answer is drained before the connection is reused: for
+        // no longer than a body may take.
+        session.set_total_drain_timeout(Some(self.shared.cfg.server.body_timeout.0));
         if header_bytes(session.req_header()) > max {
             let e = ApiError::new(
                 Code::HeadersTooLarge,
@@ -125,11 +167,11 @@ impl ProxyHttp for Sidecar {
         let Some((route, captures)) =
             match_route(&self.shared.cfg.routes, req.method.as_str(), req.uri.path())
         else {
-            return Ok(false);
+            return self.pass_through(session, ctx).await;
         };
         let m = Matched { route, captures };
         let handled = match route.kind {
-            RouteKind::Passthrough => return Ok(false),
+            RouteKind::Passthrough => return self.pass_through(session, ctx).await,
             RouteKind::Record => self.record(session, &m).await,
             RouteKind::Attach => self.attach(session, &m).await,
             RouteKind::Stop => self.stop(session, &m).await,
@@ -141,8 +183,24 @@ impl ProxyHttp for Sidecar {
     }
 
     /// Runs for pass-through requests: every one goes to the configured backend.
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut ()) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         Ok(self.shared.upstream.peer())
+    }
+
+    /// Runs for each piece of a pass-through's request body read from the client (and once,
+    /// with `end_of_stream`, for a request without one): the body deadline stops at its end.
+    /// Default: nothing.
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        _body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if let (true, Some(w)) = (end_of_stream, &ctx.body) {
+            w.done();
+        }
+        Ok(())
     }
 
     /// Runs for pass-through requests before they go upstream: a client's `X-Tether-Run-Id` is
@@ -152,7 +210,7 @@ impl ProxyHttp for Sidecar {
         &self,
         _session: &mut Session,
         upstream_request: &mut RequestHeader,
-        _ctx: &mut (),
+        _ctx: &mut Ctx,
     ) -> Result<()> {
         upstream_request.remove_header(crate::backend::RUN_ID_HEADER);
         if let Some(host) = self.shared.upstream.host() {
@@ -163,7 +221,7 @@ impl ProxyHttp for Sidecar {
 
     /// The request as Pingora names it in its log records (`METHOD PATH, Host: HOST`), each part
     /// bounded so a hostile path cannot flood the log. Default: the whole request line.
-    fn request_summary(&self, session: &Session, _ctx: &()) -> String {
+    fn request_summary(&self, session: &Session, _ctx: &Ctx) -> String {
         crate::logging::request_summary(session.req_header())
     }
 }

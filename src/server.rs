@@ -5,8 +5,8 @@
 //! tether drives Pingora's `HttpProxy` app from its own accept loops ([`conn`]) instead of
 //! Pingora's `Server`, so that listeners can bind port 0 (tests learn the address), several
 //! sidecars can run in one process, client connections get a header deadline, an idle timeout
-//! and a cap, and a drain ends as soon as the last run has ended rather than after a fixed grace
-//! period. On the proxy listener, requests for tether's own routes skip `HttpProxy` and go
+//! and a cap (and each request a body deadline), and a drain ends as soon as the last run has
+//! ended rather than after a fixed grace period. On the proxy listener, requests for tether's own routes skip `HttpProxy` and go
 //! straight to their handlers ([`front`]), so a stream does not carry a pass-through's state.
 
 pub mod admin;
@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backend::slots::descriptor_share;
 use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::{Config, RouteKind, UpstreamUrl};
@@ -145,6 +146,7 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
             Arc::new(GaugeMeter(metrics.buffered_bytes.clone())),
         ),
         metrics: metrics.clone(),
+        downstream: downstream.clone(),
         draining: Default::default(),
         producers: TaskTracker::new(),
         observers: TaskTracker::new(),
@@ -167,6 +169,11 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     let mut options = pingora_core::apps::HttpServerOptions::default();
     options.h2_idle_timeout = Some(shared.cfg.server.keepalive_timeout.0);
     proxy.server_options = Some(options);
+    // Pingora's bounds on a received header list, and tether's on the streams one connection
+    // may have open.
+    let mut h2 = pingora_core::protocols::http::v2::server::default_h2_options();
+    h2.max_concurrent_streams(shared.cfg.server.max_streams_per_connection);
+    proxy.h2_options = Some(h2);
     let proxy = Arc::new(front::Front::new(
         Arc::new(proxy),
         Sidecar::new(shared.clone()),
@@ -175,8 +182,13 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         .cfg
         .server
         .max_connections
-        .unwrap_or_else(default_max_connections);
-    info!("client connections: at most {max_connections} open at once");
+        .unwrap_or_else(descriptor_share);
+    info!(
+        "client connections: at most {max_connections} open at once, {} streams each over \
+         HTTP/2; requests to the backend: at most {} at once",
+        shared.cfg.server.max_streams_per_connection,
+        shared.upstream.slots().max()
+    );
     let policy = Policy {
         max_connections,
         metrics: Some(downstream),
@@ -230,16 +242,6 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         tls,
         tasks,
     })
-}
-
-/// The connection cap when none is configured: half the open-files limit (a proxied stream holds
-/// the client's socket and the backend's), less a reserve for the listeners, the journal and logs.
-fn default_max_connections() -> usize {
-    const RESERVE: u64 = 64;
-    let soft = rlimit::getrlimit(rlimit::Resource::NOFILE).map_or(1024, |(soft, _)| soft);
-    usize::try_from(soft.saturating_sub(RESERVE) / 2)
-        .unwrap_or(usize::MAX)
-        .max(1)
 }
 
 /// Every `every`: drops expired runs and stops abandoned ones (when `abandon` is set).

@@ -15,6 +15,7 @@ use pingora_core::protocols::Stream;
 use pingora_http::ResponseHeader;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::slots::Slot;
 use super::wire::{self, BodyDecoder, Framing, Step};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 
@@ -103,6 +104,8 @@ pub struct Exchange<S = Stream> {
     close_delimited: bool,
     /// The connection pool's key of the peer the connection goes to.
     pool_key: u64,
+    /// The request's slot ([`super::slots`]), given back with the connection.
+    slot: Option<Slot>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
@@ -159,6 +162,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
             keep_alive: wire::keeps_alive(&header) && framing != Framing::Close && !doubt,
             close_delimited: framing == Framing::Close,
             pool_key: 0,
+            slot: None,
             body: BodyDecoder::new(framing),
             reader,
             header,
@@ -211,6 +215,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Exchange<S> {
     /// The exchange, its connection to go back to the pool under `key` (its peer's).
     pub fn pooled_as(mut self, key: u64) -> Self {
         self.pool_key = key;
+        self
+    }
+
+    /// The exchange, holding `slot` until it is dropped or its connection goes back to the pool.
+    pub fn holding(mut self, slot: Slot) -> Self {
+        self.slot = Some(slot);
         self
     }
 

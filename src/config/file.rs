@@ -25,7 +25,8 @@ pub struct Server {
     pub threads: usize,
     /// Interval of `: keepalive` comments on idle observer streams.
     pub heartbeat: Dur,
-    /// A write to a client that makes no progress for this long closes that client.
+    /// A write to a client that makes no progress for this long closes that client (on every
+    /// route: tether's own and pass-through, HTTP/1.1 and HTTP/2).
     pub write_timeout: Dur,
     /// On SIGTERM, how long live runs may keep going before the process exits.
     pub drain_timeout: Dur,
@@ -35,10 +36,17 @@ pub struct Server {
     pub header_timeout: Dur,
     /// A kept-alive client connection idle this long between requests is closed.
     pub keepalive_timeout: Dur,
+    /// A request's whole body must arrive within this, from the end of its head; slower: a
+    /// body tether reads is answered `408 body_timeout`, a pass-through request's connection
+    /// (HTTP/2: its stream) is closed.
+    pub body_timeout: Dur,
     /// Client connections open at once on the proxy listener; more are refused with `503
-    /// too_many_connections`. Unset: half the open-files limit (each stream holds two
-    /// descriptors), less a reserve.
+    /// too_many_connections`. Unset: half the open-files limit less a reserve (the other half
+    /// is for backend connections, `[upstream] max_requests`).
     pub max_connections: Option<usize>,
+    /// Streams one HTTP/2 connection may have open at once (`SETTINGS_MAX_CONCURRENT_STREAMS`);
+    /// a client opening more gets `RST_STREAM REFUSED_STREAM`.
+    pub max_streams_per_connection: u32,
     /// Serve the browser client at `GET /_tether/client.js` (and, in demo mode, the demo page at
     /// `GET /`); unset: on in demo mode only.
     pub serve_client: Option<bool>,
@@ -63,7 +71,9 @@ impl Default for Server {
             drain_timeout: Dur(Duration::from_secs(300)),
             header_timeout: Dur(Duration::from_secs(10)),
             keepalive_timeout: Dur(Duration::from_secs(60)),
+            body_timeout: Dur(Duration::from_secs(60)),
             max_connections: None,
+            max_streams_per_connection: 100,
             serve_client: None,
             tls_cert: None,
             tls_key: None,
@@ -90,6 +100,11 @@ pub struct Upstream {
     pub connect_timeout: Dur,
     /// Backend connects in flight at once; further turns wait their turn (`0`: no limit).
     pub max_connecting: usize,
+    /// Requests to the backend in flight at once (recorded turns still running, pass-through
+    /// and forwarded requests), each holding a backend connection; more are refused with `503
+    /// at_capacity`. Unset: half the open-files limit less a reserve (the other half is for
+    /// client connections, `[server] max_connections`).
+    pub max_requests: Option<usize>,
     /// How long a turn may wait for a connect slot or a free file descriptor before it fails
     /// (`502 upstream_unreachable`).
     pub connect_queue_timeout: Dur,
@@ -110,6 +125,7 @@ impl Default for Upstream {
             key: None,
             connect_timeout: Dur(Duration::from_secs(5)),
             max_connecting: 256,
+            max_requests: None,
             connect_queue_timeout: Dur(Duration::from_secs(30)),
             idle_timeout: Dur(Duration::from_secs(300)),
             write_timeout: Dur(Duration::from_secs(30)),

@@ -95,9 +95,19 @@ pub struct Flags {
     /// Close a kept-alive client connection idle this long between requests [default: 60s].
     #[arg(long, env = "TETHER_KEEPALIVE_TIMEOUT", value_parser = duration)]
     pub keepalive_timeout: Option<Duration>,
+    /// A request's whole body must arrive within this, e.g. 60s [default: 60s].
+    #[arg(long, env = "TETHER_BODY_TIMEOUT", value_parser = duration)]
+    pub body_timeout: Option<Duration>,
     /// Client connections open at once; more get 503 [default: half the open-files limit].
     #[arg(long, env = "TETHER_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Streams one HTTP/2 connection may have open at once [default: 100].
+    #[arg(long, env = "TETHER_MAX_STREAMS_PER_CONNECTION")]
+    pub max_streams_per_connection: Option<u32>,
+    /// Requests to the backend in flight at once (running turns, pass-through requests); more
+    /// get 503 [default: half the open-files limit].
+    #[arg(long, env = "TETHER_UPSTREAM_MAX_REQUESTS")]
+    pub upstream_max_requests: Option<usize>,
     /// Stop a run no client has watched for this long, e.g. 10m [default: off].
     #[arg(long, env = "TETHER_ABANDON_AFTER", value_parser = duration)]
     pub abandon_after: Option<Duration>,

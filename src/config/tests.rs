@@ -629,6 +629,64 @@ fn client_connection_limits_have_defaults_flags_and_checks() {
 }
 
 #[test]
+fn body_stream_and_backend_request_limits_have_defaults_flags_variables_and_checks() {
+    let c = File::default().validate().unwrap();
+    assert_eq!(c.server.body_timeout.0, Duration::from_secs(60));
+    assert_eq!(c.server.max_streams_per_connection, 100);
+    assert_eq!(c.upstream_opts.max_requests, None);
+    let file = parse_file(
+        "[server]\nbody_timeout = \"5s\"\nmax_streams_per_connection = 8\n\
+         [upstream]\nmax_requests = 50\n",
+    )
+    .unwrap();
+    let c = Config::from_parts(file.clone(), &flags()).unwrap();
+    assert_eq!(c.server.body_timeout.0, Duration::from_secs(5));
+    assert_eq!(c.server.max_streams_per_connection, 8);
+    assert_eq!(c.upstream_opts.max_requests, Some(50));
+    let f = Flags::parse_from([
+        "tether",
+        "--body-timeout",
+        "2s",
+        "--max-streams-per-connection",
+        "4",
+        "--upstream-max-requests",
+        "9",
+    ]);
+    let c = Config::from_parts(file, &f).unwrap();
+    assert_eq!(c.server.body_timeout.0, Duration::from_secs(2));
+    assert_eq!(c.server.max_streams_per_connection, 4);
+    assert_eq!(c.upstream_opts.max_requests, Some(9));
+    let cmd = <Flags as clap::CommandFactory>::command();
+    for (flag, var) in [
+        ("body_timeout", "TETHER_BODY_TIMEOUT"),
+        (
+            "max_streams_per_connection",
+            "TETHER_MAX_STREAMS_PER_CONNECTION",
+        ),
+        ("upstream_max_requests", "TETHER_UPSTREAM_MAX_REQUESTS"),
+    ] {
+        let arg = cmd.get_arguments().find(|a| a.get_id() == flag).unwrap();
+        assert_eq!(arg.get_env().and_then(|v| v.to_str()), Some(var));
+    }
+    for (toml, key) in [
+        ("[server]\nbody_timeout = \"0s\"\n", "server.body_timeout"),
+        (
+            "[server]\nmax_streams_per_connection = 0\n",
+            "server.max_streams_per_connection",
+        ),
+        ("[upstream]\nmax_requests = 0\n", "upstream.max_requests"),
+    ] {
+        let e = parse_file(toml).unwrap().validate().unwrap_err();
+        assert_eq!(e.key, key);
+    }
+    let e = Flags::try_parse_from(["tether", "--max-streams-per-connection", "lots"]).unwrap_err();
+    assert!(
+        e.to_string().contains("--max-streams-per-connection"),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_https_backend_takes_its_ca_and_client_certificate_and_a_plain_one_refuses_them() {
     let f = Flags::parse_from([
         "tether",

@@ -32,7 +32,7 @@ impl Sidecar {
         let get = session.req_header().method == http::Method::GET;
         let body = match get {
             true => bytes::Bytes::new(),
-            false => match read_body(session, s.cfg.recorder.max_body_bytes).await {
+            false => match read_body(session, s).await {
                 Ok(b) => b,
                 Err(e) => return e.into(),
             },

@@ -51,7 +51,7 @@ impl Sidecar {
     pub(crate) async fn stop(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let (s, route) = (&self.shared, m.route);
         let owner = self.owner(session)?;
-        let body = match read_body(session, s.cfg.recorder.max_body_bytes).await {
+        let body = match read_body(session, s).await {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
@@ -204,8 +204,12 @@ impl Sidecar {
         let upstream = self.shared.upstream.clone();
         let metrics = self.shared.metrics.clone();
         let req = session.req_header().clone();
+        let Some(slot) = upstream.slot() else {
+            warn!("a stop was not forwarded to the backend: every request slot is held");
+            return;
+        };
         tokio::spawn(async move {
-            match upstream.open(&req, &body, None).await {
+            match upstream.open(&req, &body, None, slot).await {
                 Ok(mut up) => {
                     let mut idle = Stall::new(upstream.idle_timeout());
                     while let Ok(Ok(Some(_))) = idle.run(up.next()).await {}

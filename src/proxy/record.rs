@@ -11,8 +11,8 @@ use pingora_proxy::Session;
 use super::resume::{first_key, refused, Reader};
 use super::retry::{key_names, Retry};
 use super::session::{
-    forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable, write_sse_header,
-    Handled, Reply, Source,
+    at_capacity, forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable,
+    write_sse_header, Handled, Reply, Source,
 };
 use super::{Matched, Sidecar};
 use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
@@ -56,7 +56,7 @@ impl Sidecar {
         m: &Matched<'_>,
     ) -> std::result::Result<(Owner, Bytes, RecordRequest), Handled> {
         let owner = self.owner(session).map_err(Err)?;
-        let body = read_body(session, self.shared.cfg.recorder.max_body_bytes)
+        let body = read_body(session, &self.shared)
             .await
             .map_err(Handled::from)?;
         let header = |h: &str| super::session::header_value(session, h);
@@ -280,6 +280,10 @@ impl Sidecar {
             keys,
         } = turn;
         let s = &self.shared;
+        // Refused before the producer starts: the pending registration goes with it.
+        let Some(slot) = s.upstream.slot() else {
+            return Err(at_capacity(s));
+        };
         let owner = pending.owner();
         // Injected or unique ids: the requester reads the raw record (its ids added or made
         // unique), not the upstream bytes.
@@ -297,6 +301,7 @@ impl Sidecar {
                 route: route.path.as_str().to_string(),
                 request: session.req_header().clone(),
                 body,
+                slot,
                 rules: Rules {
                     format: route.format,
                     commit: route.commit.clone(),

@@ -119,7 +119,7 @@ impl Sidecar {
         }
         let body = match session.req_header().method == http::Method::GET {
             true => Bytes::new(),
-            false => match read_body(session, s.cfg.recorder.max_body_bytes).await {
+            false => match read_body(session, s).await {
                 Ok(b) => b,
                 Err(e) => return e.into(),
             },

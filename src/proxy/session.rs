@@ -16,6 +16,7 @@ use super::shared::Shared;
 use crate::backend::{relayed, Exchange};
 use crate::deliver::observer::{self, ClientGone, Sink};
 use crate::error::{ApiError, Code};
+use crate::metrics::downstream::TimeoutKind;
 use crate::producer::{StreamCut, TeeReader};
 use crate::stall::Stall;
 use crate::state::attach_policy::Start;
@@ -162,11 +163,31 @@ pub(crate) async fn write_sse_header(session: &mut Session, cors: &Cors, run_id:
     }
 }
 
-/// Reads the whole request body, up to `cap` bytes (over it: 413).
+/// Reads the whole request body, up to the route's cap (`[recorder] max_body_bytes`; over it:
+/// 413), within the body deadline (`[server] body_timeout`, from the call, which comes right
+/// after the head: past it, 408, counted, and the connection is not kept alive).
 pub(crate) async fn read_body(
     session: &mut Session,
-    cap: usize,
+    s: &Shared,
 ) -> std::result::Result<Bytes, BodyError> {
+    let (cap, limit) = (s.cfg.recorder.max_body_bytes, s.cfg.server.body_timeout.0);
+    match tokio::time::timeout(limit, read_capped(session, cap)).await {
+        Ok(r) => r,
+        Err(_) => {
+            debug!("request body not read within {limit:?}");
+            s.downstream.timeouts.inc(TimeoutKind::Body);
+            // The rest of the body would be drained before the connection is reused.
+            session.set_keepalive(None);
+            Err(BodyError::Refused(ApiError::new(
+                Code::BodyTimeout,
+                format!("the request body did not arrive within {limit:?}"),
+            )))
+        }
+    }
+}
+
+/// [`read_body`] without its deadline.
+async fn read_capped(session: &mut Session, cap: usize) -> std::result::Result<Bytes, BodyError> {
     let too_large = || {
         BodyError::Refused(ApiError::new(
             Code::BodyTooLarge,
@@ -383,7 +404,8 @@ async fn limited<F: std::future::Future>(stall: &mut Option<Stall>, write: F) ->
 }
 
 /// Relays an unrecorded upstream answer (with tether's CORS headers when it has none of its
-/// own) and returns its connection to the pool when the body was read to its end.
+/// own) and returns its connection to the pool when the body was read to its end. A client
+/// that stops reading is closed after the write timeout, and the backend connection with it.
 pub(crate) async fn relay_upstream(
     session: &mut Session,
     s: &Shared,
@@ -393,7 +415,8 @@ pub(crate) async fn relay_upstream(
     s.cors.relayed(session.req_header(), &mut header);
     let upstream = &s.upstream;
     let mut source = Source::Upstream(exchange, Stall::new(upstream.idle_timeout()));
-    let reply = relay(session, header, &mut source, None).await;
+    let limit = Some(s.cfg.server.write_timeout.0);
+    let reply = relay(session, header, &mut source, limit).await;
     if let (Reply::Done, Source::Upstream(s, _)) = (&reply, source) {
         upstream.release(*s);
     }
@@ -418,7 +441,12 @@ async fn forward(
     session: &mut Session,
     body: Bytes,
 ) -> std::result::Result<(u16, Reply), ApiError> {
-    let up = match s.upstream.open(session.req_header(), &body, None).await {
+    let slot = s.upstream.slot().ok_or_else(|| at_capacity(s))?;
+    let up = match s
+        .upstream
+        .open(session.req_header(), &body, None, slot)
+        .await
+    {
         Ok(u) => u,
         Err(e) => {
             s.metrics.upstream_errors.inc(e.kind);
@@ -452,6 +480,21 @@ pub(crate) async fn observe(
         observer::Exit::Ended if sink.finish().await => Reply::Done,
         _ => Reply::Abort,
     }
+}
+
+/// The 503 answered when `[upstream] max_requests` requests hold backend connections.
+pub(crate) fn at_capacity(s: &Shared) -> ApiError {
+    debug!(
+        "request refused: {} requests hold backend connections",
+        s.upstream.slots().max()
+    );
+    ApiError::new(
+        Code::AtCapacity,
+        format!(
+            "tether has {} requests open to the backend; retry later",
+            s.upstream.slots().max()
+        ),
+    )
 }
 
 /// The 502 answered when the backend cannot be reached.

@@ -11,6 +11,7 @@ use super::cors::Cors;
 use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::config::Config;
+use crate::metrics::downstream::DownstreamMetrics;
 use crate::metrics::Metrics;
 use crate::state::auth::Auth;
 use crate::state::registry::Registry;
@@ -27,6 +28,8 @@ pub struct Shared {
     pub upstream: Arc<Upstream>,
     /// Metric families.
     pub metrics: Metrics,
+    /// The proxy listener's families (client connections, their limits, backend requests).
+    pub downstream: DownstreamMetrics,
     /// Bytes buffered for clients and backends (`[limits] max_buffered_bytes`).
     pub budget: Budget,
     /// Caller identities.

@@ -24,7 +24,8 @@ impl Admin {
         Admin { shared }
     }
 
-    /// The Prometheus exposition, with the gauges derived from the registry and the connect queue refreshed first.
+    /// The Prometheus exposition, with the gauges derived from the registry, the connect queue
+    /// and the backend's request slots refreshed first.
     pub fn metrics_text(&self) -> String {
         let m = &self.shared.metrics;
         m.recorded_bytes
@@ -34,6 +35,11 @@ impl Admin {
         let seen = m.upstream_fd_waits.get();
         m.upstream_fd_waits
             .inc_by(connects.out_of_fds().saturating_sub(seen));
+        let (d, slots) = (&self.shared.downstream, self.shared.upstream.slots());
+        d.upstream_requests.set(slots.held() as i64);
+        let seen = d.upstream_requests_refused.get();
+        d.upstream_requests_refused
+            .inc_by(slots.refused().saturating_sub(seen));
         m.render()
     }
 }

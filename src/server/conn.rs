@@ -1,5 +1,6 @@
 //! Downstream connections: the accept loop, the deadline for a whole request head, the keep-alive
-//! idle timeout, the connection cap, and their metrics.
+//! idle timeout and the connection cap (their metrics are [`crate::metrics::downstream`]'s; the
+//! body deadline is [`super::front`]'s and the route handlers').
 //!
 //! Pingora times each read of a request head on its own (60 s), so a client sending a header
 //! byte now and then would hold its connection forever, and it waits for the next request on a
@@ -21,7 +22,7 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::l4::stream::Stream as L4Stream;
 use pingora_core::protocols::Stream;
 use pingora_core::protocols::ALPN;
-use prometheus::{IntCounter, IntGauge};
+use prometheus::IntGauge;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -31,7 +32,7 @@ use crate::error::{ApiError, Code};
 use preface::Preface;
 
 mod preface;
-use crate::metrics::{label_enum, Counters, Metrics};
+pub use crate::metrics::downstream::{DownstreamMetrics, TimeoutKind};
 
 /// How often at most a failing `accept` is logged (the failures in between are counted).
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -49,62 +50,6 @@ const HEAD_SLACK: usize = 4096;
 /// The keep-alive seconds Pingora is told for a connection's first request. tether times the
 /// wait between requests itself; Pingora only needs to know the connection may be reused.
 const PINGORA_KEEPALIVE_SECS: u64 = 60;
-
-label_enum! {
-    /// `tether_downstream_timeouts_total{kind}`: which limit closed a client's connection.
-    pub enum TimeoutKind {
-        /// The request head (over TLS, the handshake too) did not arrive whole within
-        /// `[server] header_timeout`.
-        Header => "header",
-        /// The connection sat idle between requests for `[server] keepalive_timeout`.
-        Keepalive => "keepalive",
-    }
-}
-
-/// The proxy listener's connection families.
-#[derive(Debug, Clone)]
-pub struct DownstreamMetrics {
-    /// `tether_downstream_connections`: client connections open on the proxy listener.
-    pub open: IntGauge,
-    /// `tether_downstream_connections_refused_total`: connections refused over the cap.
-    pub refused: IntCounter,
-    /// `tether_downstream_timeouts_total{kind}`: connections closed by a client-side limit.
-    pub timeouts: Counters<TimeoutKind>,
-    /// `tether_accept_errors_total`: failed accepts on the proxy listener.
-    pub accept_errors: IntCounter,
-    /// `tether_downstream_tls_errors_total`: TLS handshakes with clients that failed.
-    pub tls_errors: IntCounter,
-}
-
-impl DownstreamMetrics {
-    /// Registers the families in the sidecar's registry. Runs once at start.
-    pub fn new(m: &Metrics) -> Self {
-        DownstreamMetrics {
-            open: m.new_gauge(
-                "tether_downstream_connections",
-                "Client connections open on the proxy listener",
-            ),
-            refused: m.new_counter(
-                "tether_downstream_connections_refused_total",
-                "Client connections refused because max_connections were open",
-            ),
-            timeouts: m.new_counters(
-                "tether_downstream_timeouts_total",
-                "Client connections closed by the header deadline or the keep-alive timeout",
-                "kind",
-            ),
-            accept_errors: m.new_counter(
-                "tether_accept_errors_total",
-                "Failed accepts on the proxy listener (out of file descriptors and the like)",
-            ),
-            tls_errors: m.new_counter(
-                "tether_downstream_tls_errors_total",
-                "TLS handshakes with clients that failed (a client that does not trust the \
-                 certificate, speaks no TLS or offers nothing in common)",
-            ),
-        }
-    }
-}
 
 /// How one listener treats its connections.
 #[derive(Debug, Clone)]

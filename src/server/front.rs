@@ -21,9 +21,11 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::ErrorType;
 use pingora_proxy::{HttpProxy, ProxyHttp, Session};
 
-use super::conn::Shortcut;
+use tokio::time::Instant;
+
+use super::conn::{Shortcut, TimeoutKind};
 use crate::config::{match_route, Route, RouteKind};
-use crate::proxy::Sidecar;
+use crate::proxy::{deadline, Ctx, Sidecar};
 
 /// Pingora's proxy, and tether's routes beside it.
 pub struct Front {
@@ -69,13 +71,26 @@ fn claimed(routes: &[Route], head: &[u8]) -> bool {
 
 #[async_trait]
 impl HttpServerApp for Front {
-    /// Runs for each request tether does not claim, and each HTTP/2 stream: Pingora's proxy.
+    /// Runs for each request tether does not claim, and each HTTP/2 stream: Pingora's proxy,
+    /// under the body deadline (from now: the head has just been read), which a pass-through
+    /// arms ([`crate::proxy::deadline`]). Past it, the request is dropped: its connection
+    /// closed (HTTP/2: its stream reset), counted.
     async fn process_new_http(
         self: &Arc<Self>,
         session: ServerSession,
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        self.proxy.process_new_http(session, shutdown).await
+        let shared = &self.sidecar.shared;
+        let limit = shared.cfg.server.body_timeout.0;
+        let served = self.proxy.process_new_http(session, shutdown);
+        match deadline::under(Instant::now() + limit, served).await {
+            Some(reused) => reused,
+            None => {
+                debug!("pass-through request body not read within {limit:?}; closing");
+                shared.downstream.timeouts.inc(TimeoutKind::Body);
+                None
+            }
+        }
     }
 
     /// The proxy's options (its HTTP/2 idle timeout).
@@ -144,7 +159,8 @@ impl Shortcut for Front {
             session.downstream_session.shutdown().await;
             return None;
         }
-        match self.sidecar.request_filter(&mut session, &mut ()).await {
+        let mut ctx = Ctx::default();
+        match self.sidecar.request_filter(&mut session, &mut ctx).await {
             Ok(true) => {}
             // The handlers answer every request of a claimed route; a route that matched the
             // head's bytes but not the parsed head would be a bug: close rather than guess.

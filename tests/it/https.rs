@@ -14,7 +14,11 @@ use crate::support::*;
 
 /// tether serving HTTPS with `server`'s certificate in front of `upstream`, plus `extra` TOML
 /// (routes and the like).
-async fn https_tether(upstream: std::net::SocketAddr, server: &Issued, extra: &str) -> Sidecar {
+pub(crate) async fn https_tether(
+    upstream: std::net::SocketAddr,
+    server: &Issued,
+    extra: &str,
+) -> Sidecar {
     sidecar_from(&format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"{upstream}\"\n\
          tls_cert = \"{}\"\ntls_key = \"{}\"\nserve_client = true\n{extra}",

@@ -7,9 +7,11 @@
 mod support;
 
 mod attach;
+mod capacity;
 mod chaos;
 mod control;
 mod cors;
+mod deadlines;
 mod deploy;
 mod dialects;
 mod faults;

@@ -36,7 +36,8 @@ pub async fn tls_connect(
         .await
 }
 
-/// One HTTP/2 connection.
+/// One HTTP/2 connection (a clone opens streams on the same one).
+#[derive(Clone)]
 pub struct H2 {
     send: SendRequest<Bytes>,
 }
@@ -98,6 +99,31 @@ impl H2 {
         }
     }
 
+    /// Starts a request and leaves its body to the test (which may never send it): the
+    /// response to come, and the request side of the stream.
+    pub async fn start(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(format!("https://localhost{path}"));
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        let send = self.send.clone();
+        let mut send = within("a stream slot", send.ready()).await.unwrap();
+        send.send_request(b.body(()).unwrap(), false).unwrap()
+    }
+
+    /// The streams the server lets this connection have open at once (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`, once its SETTINGS have arrived).
+    pub fn max_streams(&self) -> usize {
+        self.send.current_max_send_streams()
+    }
+
     /// POSTs JSON.
     pub async fn post(&mut self, path: &str, body: &Value) -> H2Resp {
         let bytes = serde_json::to_vec(body).unwrap();
@@ -112,6 +138,19 @@ impl H2 {
 }
 
 impl H2Resp {
+    /// The response a started stream gets ([`H2::start`]), its head read.
+    pub async fn of(resp: h2::client::ResponseFuture, req: h2::SendStream<Bytes>) -> H2Resp {
+        let resp = within("the response head", resp).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        H2Resp {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+            req,
+            buf: BytesMut::new(),
+        }
+    }
+
     /// More body into the buffer (flow-control capacity given back); false at its end.
     async fn fill(&mut self) -> bool {
         match self.body.data().await {

@@ -50,6 +50,8 @@ pub enum Code {
     /// 409: a retry joined a run that cannot be replayed to this requester (a legacy
     /// requester on a route without a raw record).
     IdempotencyKeyInUse,
+    /// 408: the request body did not arrive whole within `body_timeout`.
+    BodyTimeout,
     /// 413: the request body is over `max_body_bytes`.
     BodyTooLarge,
     /// 422: a record request reused an idempotency key with another body.
@@ -64,6 +66,8 @@ pub enum Code {
     Draining,
     /// 503: the proxy listener has `max_connections` client connections open.
     TooManyConnections,
+    /// 503: `[upstream] max_requests` requests hold backend connections.
+    AtCapacity,
 }
 
 impl Code {
@@ -88,6 +92,7 @@ impl Code {
             Code::OffsetGone => "offset_gone",
             Code::TurnAlreadyRunning => "turn_already_running",
             Code::IdempotencyKeyInUse => "idempotency_key_in_use",
+            Code::BodyTimeout => "body_timeout",
             Code::BodyTooLarge => "body_too_large",
             Code::IdempotencyKeyReused => "idempotency_key_reused",
             Code::TooManyObservers => "too_many_observers",
@@ -95,6 +100,7 @@ impl Code {
             Code::UpstreamUnreachable => "upstream_unreachable",
             Code::Draining => "draining",
             Code::TooManyConnections => "too_many_connections",
+            Code::AtCapacity => "at_capacity",
         }
     }
 
@@ -106,12 +112,13 @@ impl Code {
             Code::MethodNotAllowed => 405,
             Code::OffsetGone => 410,
             Code::TurnAlreadyRunning | Code::IdempotencyKeyInUse => 409,
+            Code::BodyTimeout => 408,
             Code::BodyTooLarge => 413,
             Code::IdempotencyKeyReused => 422,
             Code::TooManyObservers => 429,
             Code::HeadersTooLarge => 431,
             Code::UpstreamUnreachable => 502,
-            Code::Draining | Code::TooManyConnections => 503,
+            Code::Draining | Code::TooManyConnections | Code::AtCapacity => 503,
             _ => 400,
         }
     }
