@@ -26,8 +26,9 @@
 //! | foundations | [`stall`], [`metrics`], [`config`] | stall timers, Prometheus families, `conf/tether.toml` + flags |
 //! | state | [`state`] | owners, resume tokens, runs, chats, the attach table; ownership is checked here |
 //! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
+//! | chats | [`chats`] | a caller and a request → a run: the owner, the chat's scope, lookups with the journal's sync, registration, go-live (memory or shared journal), naming, the stop |
 //! | backend | [`backend`] | the connect queue and tether's own HTTP/1.1 exchange with the backend, plain or TLS |
-//! | producer | [`producer`] | the detached run task: go-live, journal choice, the read loop, a legacy client's copy |
+//! | producer | [`producer`] | the detached run task: the upstream exchange, the read loop, a legacy client's copy |
 //! | deliver | [`deliver`] | write loops to clients: protocol 1, verbatim, Durable Streams |
 //! | edges | [`logging`], [`proxy`], [`server`] | Pingora's records, the Pingora adapter and route handlers, listeners and lifecycle |
 
@@ -39,6 +40,7 @@ pub use tether_core::{
 };
 
 pub mod backend;
+pub mod chats;
 pub mod config;
 pub mod deliver;
 pub mod logging;

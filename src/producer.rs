@@ -6,10 +6,11 @@
 //! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
 //! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
 //! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
-//! verdict) is [`Ingest`]'s; this file does I/O and metrics: [`live`] makes the run and puts it in
-//! its chat, [`read`] is the read loop, [`tee`] the legacy requester's copy.
+//! verdict) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
+//! [`crate::chats`] (which chooses the in-memory or the shared journal); [`aliases`] says where
+//! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy.
 
-mod live;
+mod aliases;
 mod read;
 mod tee;
 
@@ -25,17 +26,16 @@ use tokio_util::task::TaskTracker;
 use crate::backend::slots::Slot;
 use crate::backend::{is_recordable, Exchange, Upstream};
 use crate::budget::Budget;
+use crate::chats::{Chats, Live, Recording};
 use crate::config::{Alias, Commit, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::metrics::Metrics;
 use crate::record::format::{detect_from_headers, FormatChoice, FormatKind};
-use crate::replica::Replica;
-use crate::state::registry::{Pending, Registry};
+use crate::state::registry::Pending;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
 use crate::vocab::RunId;
-use live::{Live, Naming};
 use read::{read, ReadLimits, Started};
 use tee::tee;
 pub use tee::{StreamCut, TeeReader};
@@ -69,12 +69,10 @@ pub enum Head {
 pub struct Job {
     /// The backend client.
     pub upstream: Arc<Upstream>,
-    /// Where the run goes live.
-    pub registry: Arc<Registry>,
+    /// Where the run goes live (in memory, or also in the shared journal when one is set).
+    pub chats: Chats,
     /// Metric families.
     pub metrics: Metrics,
-    /// The shared journal the run is also written to, when one is configured.
-    pub journal: Option<Arc<Replica>>,
     /// The chat's pending registration, released once the upstream answered.
     pub pending: Pending,
     /// The transport run id, minted before forwarding.
@@ -120,7 +118,8 @@ pub struct Rules {
     /// Values of the route's `request:` aliases, read from the request.
     pub request_aliases: Vec<String>,
     /// Names the run is indexed by for its owner, here and in the shared journal, but never
-    /// shown as its alias: the request's idempotency key (see `proxy::retry`).
+    /// shown as its alias: the request's idempotency key's
+    /// ([`IdempotencyKey::names`](crate::chats::IdempotencyKey::names)).
     pub keys: Vec<String>,
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
@@ -146,9 +145,8 @@ fn failed(m: &Metrics, run_id: &RunId, e: UpstreamError) -> Head {
 async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let Job {
         upstream,
-        registry,
+        chats,
         metrics: m,
-        journal,
         pending,
         run_id,
         route,
@@ -178,26 +176,13 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         });
         return;
     }
-    let Live {
-        run,
-        scope,
-        owner,
-        guard,
-        recorder,
-    } = live::go_live(
-        &registry,
-        journal.as_ref(),
-        pending,
-        run_id,
-        &rules,
-        &header,
-    );
-    let naming = Naming {
-        registry: &registry,
-        owner,
-        scope: &scope,
-        recorder,
+    let recording = Recording {
+        window: rules.window,
+        raw_cap: rules.raw.as_ref().map(|r| r.cap),
+        tokens: &rules.tokens,
     };
+    let Live { run, guard, naming } = chats.go_live(pending, run_id, &recording, &header);
+    let scope = naming.scope().clone();
     let Rules {
         format,
         commit,
@@ -209,7 +194,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         keys,
         ..
     } = rules;
-    for alias in live::known_aliases(&aliases, request_aliases, &header) {
+    for alias in aliases::known_aliases(&aliases, request_aliases, &header) {
         naming.name(&run, &alias);
     }
     for key in keys {
@@ -250,7 +235,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         guard,
     });
     let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event)
-        .find_aliases(live::event_aliases(&aliases))
+        .find_aliases(aliases::event_aliases(&aliases))
         .with_budget(&budget);
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
@@ -282,7 +267,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     m.runs_active.dec();
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
-    registry.notify();
+    chats.registry().notify();
     if let (Ending::Clean, Some(tee)) = (ending, tee) {
         tee.end_clean();
     }

@@ -27,8 +27,6 @@ use pingora_proxy::{ProxyHttp, Session};
 use crate::backend::slots::Slot;
 use crate::config::{match_route, Captures, Route, RouteKind};
 use crate::error::{ApiError, Code};
-use crate::state::auth::Owner;
-use crate::vocab::{RunId, Scope};
 pub use assets::CLIENT_PATH;
 pub use cors::Cors;
 use deadline::BodyWatch;
@@ -44,26 +42,6 @@ impl Sidecar {
     /// A proxy over the shared state.
     pub fn new(shared: Arc<Shared>) -> Self {
         Sidecar { shared }
-    }
-
-    /// Brings what the shared journal knows of the chat at `scope` (its current run, and run
-    /// `run_id` when given) into the registry before a lookup. Nothing without a journal.
-    pub(crate) async fn sync_chat(&self, scope: &Scope, owner: &Owner, run_id: Option<&RunId>) {
-        if let Some(j) = &self.shared.journal {
-            j.sync_chat(scope, *owner, run_id).await;
-        }
-    }
-
-    /// Like [`Self::sync_chat`] for a run named by id or alias.
-    pub(crate) async fn sync_id(&self, owner: &Owner, id: &RunId) {
-        if let Some(j) = &self.shared.journal {
-            j.sync_id(*owner, id).await;
-        }
-    }
-
-    /// The caller's owner, or the 401 to answer.
-    pub(crate) fn owner(&self, session: &Session) -> std::result::Result<Owner, ApiError> {
-        self.shared.auth.owner(&session.req_header().headers)
     }
 
     /// Sets a pass-through up before Pingora proxies it: a backend slot (none free: `503

@@ -33,10 +33,10 @@ use tokio_util::task::TaskTracker;
 use crate::backend::slots::descriptor_share;
 use crate::backend::Upstream;
 use crate::budget::Budget;
+use crate::chats::Chats;
 use crate::config::{Config, RouteKind, UpstreamUrl};
 use crate::metrics::{EvictReason, GaugeMeter, Metrics};
 use crate::proxy::{Shared, Sidecar};
-use crate::state::auth::Auth;
 use crate::state::registry::{Registry, Swept};
 use crate::vocab::end::EndReason;
 use admin::Admin;
@@ -132,15 +132,10 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
             .map_err(|e| std::io::Error::other(format!("journal: {e}")))?,
         ),
     };
-    let auth = match &journal {
-        Some(_) => Auth::with_secret(cfg.subject.clone(), &cfg.secret),
-        None => Auth::new(cfg.subject.clone()),
-    };
+    let chats = Chats::new(registry.clone(), cfg.subject.clone(), &cfg.secret, journal);
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())?),
-        auth,
-        journal,
-        registry: registry.clone(),
+        chats,
         budget: Budget::with_gauge(
             cfg.limits.max_buffered_bytes,
             Arc::new(GaugeMeter(metrics.buffered_bytes.clone())),
@@ -316,12 +311,12 @@ impl Handle {
         let shared = self.shared.clone();
         shared.draining.store(true, Ordering::Relaxed);
         self.accept_stop.send_replace(true);
-        if shared.journal.is_some() {
+        if shared.chats.journal().is_some() {
             self.proxy_stop.send_replace(true);
         }
         info!(
             "draining: {} runs still producing",
-            shared.registry.producing().len()
+            shared.chats.registry().producing().len()
         );
         // No producer starts after this: record requests are refused while draining.
         shared.producers.close();
@@ -329,7 +324,7 @@ impl Handle {
             .await
             .is_ok();
         if !all_ended {
-            let left = shared.registry.producing();
+            let left = shared.chats.registry().producing();
             warn!("drain timeout: stopping {} runs", left.len());
             for r in &left {
                 r.request_stop(EndReason::Shutdown);

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use log::{info, warn};
 
-use super::live::Naming;
 use super::tee::{Cut, Tee};
 use crate::backend::Exchange;
+use crate::chats::Naming;
 use crate::error::UpstreamErrorKind;
 use crate::ingest::{Ending, Ingest};
 use crate::metrics::{DropReason, Metrics};
@@ -37,9 +37,9 @@ pub(super) async fn read(
     ingest: &mut Ingest,
     mut tee: Option<Tee>,
     started: &mut Started<'_>,
-    naming: &Naming<'_>,
+    naming: &Naming,
 ) -> (Ending, Option<Tee>) {
-    let registry = naming.registry;
+    let registry = naming.registry();
     let mut ids = HeldIds { registry, bytes: 0 };
     let m = started.metrics;
     let mut batch: Vec<Event> = Vec::new();

@@ -14,8 +14,7 @@ use crate::dialect::protocol1::Protocol1;
 use crate::dialect::{Dialect, Incoming};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
-use crate::state::attach_policy::{self, Decision};
-use crate::state::auth::Auth;
+use crate::state::attach_policy::Decision;
 use crate::vocab::kinds::DialectKind;
 
 const P1: DialectKind = DialectKind::Protocol1;
@@ -53,37 +52,15 @@ impl Sidecar {
             // A legacy attach goes to the backend unchanged, unrecorded.
             return Ok(forward_unrecorded(s, session, body).await?.1);
         }
-        let owner = self.owner(session)?;
-        let scope = Auth::scope(&owner, &req.chat_id);
-        self.sync_chat(&scope, &owner, req.run_id.as_ref()).await;
-        if let (Some(id), Some(after)) = (&req.run_id, req.after_seq) {
-            // A mirror a little behind the producer: a cursor just ahead of it waits for the
-            // follower (up to a second) before it counts as a future cursor.
-            if let Some(run) = s
-                .registry
-                .find(&scope, &owner, id)
-                .filter(|r| r.is_mirror())
-            {
-                let mut rx = run.subscribe();
-                let wait = rx.wait_for(|_| run.head() >= after || run.end().is_some());
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), wait).await;
-            }
-        }
-        let mut decision = attach_policy::decide(
-            &s.registry,
-            &scope,
-            &owner,
-            req.run_id.as_ref(),
-            req.after_seq,
-        );
+        let owner = s.chats.owner(&session.req_header().headers)?;
+        let chat = s.chats.chat(owner, &req.chat_id);
+        let mut decision = chat.attach(req.run_id.as_ref(), req.after_seq).await;
         if matches!(decision, Decision::Missing) {
             let mut wait = req.wait;
             if route.on_miss == OnMiss::Record {
                 let run_id = mint_run_id();
-                if let Ok(pending) =
-                    s.registry
-                        .register(&scope, owner, &run_id, Admission::AttachRecord)
-                {
+                let registered = chat.register(&run_id, Admission::AttachRecord).await;
+                if let Ok(pending) = registered {
                     info!(
                         "attach for chat {:?} found no run; recording the backend's live stream",
                         req.chat_id
@@ -106,7 +83,7 @@ impl Sidecar {
                 // Another attach is fetching it: wait for that run to go live.
                 wait = max_wait.max(req.wait);
             }
-            decision = attach_policy::wait_for_run(&s.registry, &scope, &owner, wait).await;
+            decision = chat.wait_for_run(wait).await;
         }
         let (run, start, reset) = match decision {
             Decision::NoContent | Decision::Missing => {

@@ -3,7 +3,6 @@
 //! Every lookup is scoped by the caller's owner, so a request about another caller's chat gets
 //! exactly the answer an unknown chat gets.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -11,23 +10,18 @@ use log::{info, warn};
 use pingora_proxy::Session;
 use serde_json::json;
 
-use super::resume::{first_key, run_key, Lookup};
+use super::resume::{first_key, run_key};
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
-use crate::config::Answer;
+use crate::chats::{Name, StopTarget};
+use crate::config::{Answer, Route};
 use crate::error::{ApiError, Code};
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
 use crate::request::{self, Parts};
 use crate::stall::Stall;
-use crate::state::auth::Auth;
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
-use crate::vocab::{RunId, Scope};
-
-/// What a stop names: the run, the id the client named it by, the chat's scope when known, and
-/// the cancel request id.
-type Target = (Arc<Run>, Option<RunId>, Option<Scope>, Option<String>);
 
 /// How long a stop waits for the producer before answering 202.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -45,80 +39,73 @@ async fn stopped(run: &Run, limit: Duration) -> bool {
         .is_ok_and(|r| r.is_ok())
 }
 
+/// What a stop request names. Without `run` sources or a `cancel_request_id` source, the stop
+/// body names a chat's run; otherwise the run is named by id (tether's run id or an alias), or
+/// by the cancel id of an earlier stop of the chat.
+fn stop_target(route: &Route, parts: &Parts<'_>, body: &[u8]) -> Result<StopTarget, ApiError> {
+    if route.run.is_empty() && route.cancel_request_id.is_none() {
+        let req = request::stop(&route.chat_id, body, parts)?;
+        return Ok(StopTarget::Chat {
+            chat: req.chat_id,
+            run: req.run_id,
+            cancel: req.cancel_request_id,
+        });
+    }
+    // A stop that names its run by path, query or header may have no body at all (the OpenAI
+    // SDK's cancel, a DELETE): nothing in it is required.
+    let map = match body.is_empty() {
+        true => serde_json::Map::new(),
+        false => request::control_body(&route.chat_id, body)?,
+    };
+    let cancel = match &route.cancel_request_id {
+        Some(src) => first_key(std::slice::from_ref(src), parts, Some(&map))?,
+        None => request::cancel_request_id(map.get("cancel_request_id"))?,
+    };
+    let chat = request::chat_id(&route.chat_id, parts, Some(&map)).ok();
+    let run = run_key(&route.run, parts, Some(&map))?;
+    Ok(StopTarget::Named {
+        chat,
+        run,
+        cancel,
+        current: route.run.is_empty(),
+    })
+}
+
 impl Sidecar {
     /// `kind = "stop"`: `{"chat_id", "run_id"?, "cancel_request_id"?}` stops the named run or the
     /// chat's active run by aborting its upstream request.
     pub(crate) async fn stop(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let (s, route) = (&self.shared, m.route);
-        let owner = self.owner(session)?;
+        let owner = s.chats.owner(&session.req_header().headers)?;
         let body = match read_body(session, s).await {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
-        if s.journal.is_some() {
-            let lookup = {
-                let header = |h: &str| header_value(session, h);
-                let parts = Parts {
-                    captures: &m.captures,
-                    query: session.req_header().uri.query(),
-                    header: &header,
-                };
-                self.stop_lookup(route, &parts, &body, &owner)
-            };
-            if let Some(l) = lookup {
-                self.sync_lookup(&l, &owner).await;
-            }
-        }
-        let (run, named, scope, cancel_id) = {
+        let target = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
                 captures: &m.captures,
                 query: session.req_header().uri.query(),
                 header: &header,
             };
-            if route.run.is_empty() && route.cancel_request_id.is_none() {
-                let req = request::stop(&route.chat_id, &body, &parts)?;
-                let scope = Auth::scope(&owner, &req.chat_id);
-                // A repeated cancel_request_id names the run it stopped the first time.
-                let run_id = req.run_id.or_else(|| {
-                    req.cancel_request_id
-                        .as_deref()
-                        .and_then(|c| s.registry.cancelled_run(&scope, &owner, c))
-                });
-                let run: Option<Arc<Run>> = match &run_id {
-                    Some(id) => s.registry.find(&scope, &owner, id),
-                    None => s.registry.current(&scope, &owner),
-                };
-                (
-                    run.ok_or_else(no_run)?,
-                    None,
-                    Some(scope),
-                    req.cancel_request_id,
-                )
-            } else {
-                self.stop_target(route, &parts, &body, &owner)?
-            }
+            stop_target(route, &parts, &body)?
         };
-        if let (Some(c), Some(scope)) = (&cancel_id, &scope) {
-            s.registry.remember_cancel(scope, c, run.id());
-        }
-        if run.is_producing() {
-            info!("run {}: stop requested", run.id());
-            let remote = match (&s.journal, &scope) {
-                (Some(j), Some(sc)) => j.stop_remote(&run, sc, EndReason::Cancelled).await,
-                _ => false,
-            };
-            if !remote {
-                run.request_stop(EndReason::Cancelled);
-            }
-        }
+        let found = s
+            .chats
+            .stop_target(owner, &target)
+            .await
+            .ok_or_else(no_run)?;
+        s.chats
+            .stop(&found, target.cancel(), EndReason::Cancelled)
+            .await;
+        let run = found.run;
         if route.forward {
             self.forward_stop(session, body);
         }
         let done = stopped(&run, STOP_WAIT).await;
         let persisted = done && run.end().is_some_and(|e| e.persisted);
-        let run_id = match route.answer {
-            Answer::Igraph => named.unwrap_or_else(|| run.id().clone()),
+        let run_id = match (route.answer, target.named()) {
+            (Answer::Igraph, Some(named)) => named.clone(),
             _ => run.id().clone(),
         };
         let body = match route.answer {
@@ -128,75 +115,6 @@ impl Sidecar {
             }
         };
         Ok(Reply::Json(if done { 200 } else { 202 }, Some(body)))
-    }
-
-    /// The run a stop with `run` sources or a `cancel_request_id` source names: by id (tether's
-    /// run id or an alias; never a later run of the chat), or the run an earlier stop with the
-    /// same cancel id stopped. Returns the run, the id the client named, the chat's scope when
-    /// known, and the cancel id.
-    fn stop_target(
-        &self,
-        route: &crate::config::Route,
-        parts: &Parts<'_>,
-        body: &[u8],
-        owner: &crate::state::auth::Owner,
-    ) -> Result<Target, ApiError> {
-        let reg = &self.shared.registry;
-        // A stop that names its run by path, query or header may have no body at all (the
-        // OpenAI SDK's cancel, a DELETE): nothing in it is required.
-        let map = match body.is_empty() {
-            true => serde_json::Map::new(),
-            false => request::control_body(&route.chat_id, body)?,
-        };
-        let cancel_id = match &route.cancel_request_id {
-            Some(src) => first_key(std::slice::from_ref(src), parts, Some(&map))?,
-            None => request::cancel_request_id(map.get("cancel_request_id"))?,
-        };
-        let scope = request::chat_id(&route.chat_id, parts, Some(&map))
-            .ok()
-            .map(|c| Auth::scope(owner, &c));
-        let named = run_key(&route.run, parts, Some(&map))?;
-        if let Some(id) = &named {
-            if let Some((chat, run)) = reg.by_id(owner, id) {
-                return Ok((run, named.clone(), Some(chat), cancel_id));
-            }
-        }
-        let earlier = match (&cancel_id, &scope) {
-            (Some(c), Some(scope)) => reg
-                .cancelled_run(scope, owner, c)
-                .and_then(|id| reg.find(scope, owner, &id)),
-            _ => None,
-        };
-        match (earlier, &named, &scope) {
-            (Some(run), _, _) => Ok((run, named, scope, cancel_id)),
-            // Without a named run, the chat's current run (route.run empty).
-            (None, None, Some(sc)) if route.run.is_empty() => {
-                let run = reg.current(sc, owner).ok_or_else(no_run)?;
-                Ok((run, None, scope, cancel_id))
-            }
-            _ => Err(no_run()),
-        }
-    }
-
-    /// What a stop names, for the shared journal's lookup (`None` when the request is
-    /// malformed: the registry lookup answers that).
-    fn stop_lookup(
-        &self,
-        route: &crate::config::Route,
-        parts: &Parts<'_>,
-        body: &[u8],
-        owner: &crate::state::auth::Owner,
-    ) -> Option<Lookup> {
-        if route.run.is_empty() && route.cancel_request_id.is_none() {
-            let req = request::stop(&route.chat_id, body, parts).ok()?;
-            return Some(Lookup::Chat(Auth::scope(owner, &req.chat_id), req.run_id));
-        }
-        let map = request::control_body(&route.chat_id, body).ok()?;
-        if let Ok(Some(id)) = run_key(&route.run, parts, Some(&map)) {
-            return Some(Lookup::Id(id));
-        }
-        let chat = request::chat_id(&route.chat_id, parts, Some(&map)).ok()?;
-        Some(Lookup::Chat(Auth::scope(owner, &chat), None))
     }
 
     /// Tells the backend too, detached: the client's answer does not wait for it.
@@ -226,51 +144,26 @@ impl Sidecar {
     /// `kind = "status"`: the chat's current run, or 204.
     pub(crate) async fn status(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
-        let owner = self.owner(session)?;
-        if s.journal.is_some() {
-            let lookup = {
-                let header = |h: &str| header_value(session, h);
-                let parts = Parts {
-                    captures: &m.captures,
-                    query: session.req_header().uri.query(),
-                    header: &header,
-                };
-                match m.route.run.is_empty() {
-                    true => request::status(&m.route.chat_id, &parts)
-                        .ok()
-                        .map(|c| Lookup::Chat(Auth::scope(&owner, &c), None)),
-                    false => run_key(&m.route.run, &parts, None)
-                        .ok()
-                        .flatten()
-                        .map(Lookup::Id),
-                }
+        let owner = s.chats.owner(&session.req_header().headers)?;
+        let name = {
+            let header = |h: &str| header_value(session, h);
+            let parts = Parts {
+                captures: &m.captures,
+                query: session.req_header().uri.query(),
+                header: &header,
             };
-            if let Some(l) = lookup {
-                self.sync_lookup(&l, &owner).await;
+            match m.route.run.is_empty() {
+                true => Some(Name::Chat(request::status(&m.route.chat_id, &parts)?)),
+                false => run_key(&m.route.run, &parts, None)?.map(Name::Run),
             }
-        }
-        let header = |h: &str| header_value(session, h);
-        let parts = Parts {
-            captures: &m.captures,
-            query: session.req_header().uri.query(),
-            header: &header,
         };
-        let (run, named) = match m.route.run.is_empty() {
-            true => {
-                let chat_id = request::status(&m.route.chat_id, &parts)?;
-                (
-                    s.registry.current(&Auth::scope(&owner, &chat_id), &owner),
-                    None,
-                )
-            }
-            false => {
-                let named = run_key(&m.route.run, &parts, None)?;
-                let run = named
-                    .as_ref()
-                    .and_then(|id| s.registry.by_id(&owner, id))
-                    .map(|(_, r)| r);
-                (run, named)
-            }
+        let run = match &name {
+            Some(name) => s.chats.lookup(owner, name).await.map(|f| f.run),
+            None => None,
+        };
+        let named = match name {
+            Some(Name::Run(id)) => Some(id),
+            _ => None,
         };
         let Some(run) = run else {
             return match m.route.answer {
@@ -319,12 +212,8 @@ impl Sidecar {
         if !(200..300).contains(&status) {
             return Ok(reply);
         }
-        let scope = Auth::scope(&owner, &req.chat_id);
-        let Some(run) = s
-            .registry
-            .current(&scope, &owner)
-            .filter(|r| r.end().is_none())
-        else {
+        let current = s.chats.chat(owner, &req.chat_id).current_here();
+        let Some(run) = current.map(|f| f.run).filter(|r| r.end().is_none()) else {
             return Ok(reply);
         };
         let event = Agui.classify(&SseEvent {
@@ -333,7 +222,7 @@ impl Sidecar {
             id: None,
         });
         let appended = run.append(&[event]);
-        s.registry.add_bytes(appended.bytes);
+        s.chats.add_bytes(appended.bytes);
         info!("run {}: resolution recorded", run.id());
         Ok(reply)
     }

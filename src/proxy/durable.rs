@@ -10,15 +10,15 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use rand::Rng;
 
-use super::resume::{sse_header, Lookup};
+use super::resume::{lookup, sse_header};
 use super::session::{header_value, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
+use crate::chats::{Name, Owner};
 use crate::deliver::durable::{self, Chunk, Miss, SseOptions};
 use crate::dialect::durable_streams::{self as ds, header, From, Live, ReadRequest};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
 use crate::request::Parts;
-use crate::state::auth::Owner;
 use crate::state::run::Run;
 use crate::vocab::kinds::DialectKind;
 
@@ -42,8 +42,8 @@ impl Sidecar {
             return self.read_only(session).await;
         }
         let req = ds::parse(session.req_header().uri.query())?;
-        let owner = self.owner(session)?;
-        let run = self.stream_run(session, m, &req, &owner).await?;
+        let owner = self.shared.chats.owner(&session.req_header().headers)?;
+        let run = self.stream_run(session, m, &req, owner).await?;
         let s = &self.shared;
         let Some(run) = run else {
             s.metrics.attach.inc(KIND, AttachResult::NotFound);
@@ -98,43 +98,35 @@ impl Sidecar {
         session: &Session,
         m: &Matched<'_>,
         req: &ReadRequest,
-        owner: &Owner,
+        owner: Owner,
     ) -> Result<Option<Arc<Run>>, ApiError> {
-        let route = m.route;
-        let lookup = {
+        let chats = &self.shared.chats;
+        let name = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
                 captures: &m.captures,
                 query: session.req_header().uri.query(),
                 header: &header,
             };
-            self.lookup(route, &parts, None, owner)?
+            lookup(m.route, &parts, None)?
         };
         let named = match &req.from {
             From::At { run, .. } => Some(run.clone()),
             _ => None,
         };
-        match (lookup, named) {
-            (Lookup::Chat(scope, _), Some(named)) => {
-                let lookup = Lookup::Chat(scope.clone(), Some(named.clone()));
-                self.sync_lookup(&lookup, owner).await;
-                match self.shared.registry.find(&scope, owner, &named) {
-                    Some(run) => Ok(Some(run)),
-                    None => {
-                        self.shared.metrics.attach.inc(KIND, AttachResult::Expired);
-                        Err(ApiError::new(
-                            Code::OffsetGone,
-                            "the turn this offset belongs to is no longer kept",
-                        ))
-                    }
+        match (name, named) {
+            (Name::Chat(chat), Some(named)) => match chats.chat(owner, &chat).find(&named).await {
+                Some(found) => Ok(Some(found.run)),
+                None => {
+                    self.shared.metrics.attach.inc(KIND, AttachResult::Expired);
+                    Err(ApiError::new(
+                        Code::OffsetGone,
+                        "the turn this offset belongs to is no longer kept",
+                    ))
                 }
-            }
-            (lookup, named) => {
-                self.sync_lookup(&lookup, owner).await;
-                let run = match lookup {
-                    Lookup::Chat(scope, _) => self.shared.registry.current(&scope, owner),
-                    Lookup::Id(id) => self.shared.registry.by_id(owner, &id).map(|(_, r)| r),
-                };
+            },
+            (name, named) => {
+                let run = chats.lookup(owner, &name).await.map(|f| f.run);
                 match (run, named) {
                     (Some(run), Some(named)) if *run.id() != named => Err(ApiError::new(
                         Code::InvalidOffset,

@@ -9,12 +9,13 @@ use log::info;
 use pingora_proxy::Session;
 
 use super::resume::{first_key, refused, Reader};
-use super::retry::{key_names, Retry};
+use super::retry::Retry;
 use super::session::{
     at_capacity, forward_unrecorded, observe, read_body, relay, relay_upstream, unreachable,
     write_sse_header, Handled, Reply, Source,
 };
 use super::{Matched, Sidecar};
+use crate::chats::{Chat, IdempotencyKey, Owner};
 use crate::config::{Alias, DialectKind, Expired, Ids, KeySource, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim};
@@ -22,8 +23,6 @@ use crate::error::{ApiError, Code};
 use crate::producer::{self, Head, Job, Rules};
 use crate::request::{self, Parts, RecordRequest};
 use crate::state::attach_policy::Start;
-use crate::state::auth::{Auth, Owner};
-use crate::state::registry::idempotency::body_hash;
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::mint_run_id;
 use crate::vocab::{ChatId, RunId};
@@ -55,7 +54,11 @@ impl Sidecar {
         session: &mut Session,
         m: &Matched<'_>,
     ) -> std::result::Result<(Owner, Bytes, RecordRequest), Handled> {
-        let owner = self.owner(session).map_err(Err)?;
+        let owner = self
+            .shared
+            .chats
+            .owner(&session.req_header().headers)
+            .map_err(Err)?;
         let body = read_body(session, &self.shared)
             .await
             .map_err(Handled::from)?;
@@ -124,19 +127,15 @@ impl Sidecar {
         &self,
         session: &mut Session,
         route: &Route,
-        owner: &Owner,
-        chat_id: &ChatId,
+        chat: &Chat<'_>,
     ) -> Option<Handled> {
         let KeySource::Header(name) = route.resume_on.as_ref()? else {
             return None;
         };
         let id = super::session::header_value(session, name)?;
-        let reg = &self.shared.registry;
-        let scope = Auth::scope(owner, chat_id);
         let run_id = id.rsplit_once(':').map(|(r, _)| RunId::from(r));
-        self.sync_chat(&scope, owner, run_id.as_ref()).await;
-        let named = run_id.and_then(|run_id| reg.find(&scope, owner, &run_id));
-        let run = named.or_else(|| reg.current(&scope, owner))?;
+        let run = chat.find_or_current(run_id.as_ref()).await?.run;
+        let owner = &chat.owner();
         let dialect = LastEventId {
             expired: Expired::FromStart,
         };
@@ -184,16 +183,16 @@ impl Sidecar {
         };
         // The parsed body is not needed past here; this future lives as long as the stream.
         req.body = None;
+        let chat = s.chats.chat(owner, &req.chat_id);
         // The rare branches' futures are boxed (here and below): inline, the largest of them
         // would size this future, which lives as long as the stream, for every turn.
-        if let Some(handled) = Box::pin(self.resume_on(session, route, &owner, &req.chat_id)).await
-        {
+        if let Some(handled) = Box::pin(self.resume_on(session, route, &chat)).await {
             return handled;
         }
         let request_aliases = self.request_aliases(session, m, &body);
         let limits = &s.cfg.limits;
         if !s
-            .registry
+            .chats
             .make_room(limits.max_runs, limits.max_recorded_bytes)
         {
             // Over the run or byte limits even after evicting completed runs: never refuse a
@@ -205,41 +204,30 @@ impl Sidecar {
             );
             return Ok(forward_unrecorded(s, session, body).await?.1);
         }
-        let scope = Auth::scope(&owner, &req.chat_id);
         let run_id = mint_run_id();
         let admit = match route.single_flight {
             true => Admission::SingleFlight,
             false => Admission::Always,
         };
-        if let (Admission::SingleFlight, Some(j)) = (admit, &s.journal) {
-            // Another replica's live run of the chat counts too: the journal brings it here as
-            // a mirror first (best effort: a run whose go-live has not reached Redis yet, a
-            // few milliseconds, is not seen).
-            Box::pin(j.sync_chat(&scope, owner, None)).await;
-        }
-        let key = self.idempotency_key(session, m, &body);
-        let hash = body_hash(&body);
-        let keys = key
-            .as_deref()
-            .map_or_else(Vec::new, |k| key_names(k, &hash).to_vec());
-        let registered = match &key {
-            Some(k) => {
+        let key = self
+            .idempotency_key(session, m, &body)
+            .map(|k| IdempotencyKey::new(k, &body));
+        let keys = key.as_ref().map_or_else(Vec::new, |k| k.names().to_vec());
+        let registered = match key {
+            Some(key) => {
                 let retry = Retry {
-                    key: k,
-                    body: hash,
+                    key,
                     legacy: !req.protocol1,
                 };
-                match Box::pin(
-                    self.register_retry(session, route, &scope, owner, &run_id, admit, retry),
-                )
-                .await
-                {
+                let registered = self.register_retry(session, route, &chat, &run_id, admit, retry);
+                match Box::pin(registered).await {
                     Ok(p) => Ok(p),
                     Err(answered) => return answered,
                 }
             }
-            None => s.registry.register(&scope, owner, &run_id, admit),
+            None => Box::pin(chat.register(&run_id, admit)).await,
         };
+        drop(chat);
         let pending = match registered {
             Ok(p) => p,
             Err(busy) => {
@@ -293,9 +281,8 @@ impl Sidecar {
             &s.producers,
             Job {
                 upstream: s.upstream.clone(),
-                registry: s.registry.clone(),
+                chats: s.chats.clone(),
                 metrics: s.metrics.clone(),
-                journal: s.journal.clone(),
                 pending,
                 run_id,
                 route: route.path.as_str().to_string(),

@@ -14,16 +14,16 @@ use serde_json::{json, Map, Value};
 use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
 use crate::backend::relayed;
+use crate::chats::{Name, Owner};
 use crate::config::{DialectKind, Expired, KeySource, OnNothing, Route};
 use crate::deliver::replay;
 use crate::dialect::{verbatim, Plan, Refusal};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
 use crate::request::{self, json_object, Parts, Query};
-use crate::state::auth::{Auth, Owner};
 use crate::state::run::Run;
 use crate::state::token;
-use crate::vocab::{RunId, Scope};
+use crate::vocab::RunId;
 
 /// The first of `sources` the request carries, as text.
 pub(crate) fn first_key(
@@ -61,12 +61,23 @@ pub(crate) enum Reader {
     Requester,
 }
 
-/// What a request names, for the shared journal's lookup before the registry's.
-pub(crate) enum Lookup {
-    /// A run by tether's run id or an alias.
-    Id(RunId),
-    /// A chat by scope, and one of its runs when named.
-    Chat(Scope, Option<RunId>),
+/// What a resume or status request names: by the route's `run` sources (tether's run id or an
+/// alias), else the chat's current run.
+pub(crate) fn lookup(
+    route: &Route,
+    parts: &Parts<'_>,
+    body: Option<&Map<String, Value>>,
+) -> Result<Name, ApiError> {
+    if route.run.is_empty() {
+        return Ok(Name::Chat(request::chat_id(&route.chat_id, parts, body)?));
+    }
+    match run_key(&route.run, parts, body)? {
+        Some(id) => Ok(Name::Run(id)),
+        None => Err(ApiError::new(
+            Code::InvalidRunId,
+            "the request names no run",
+        )),
+    }
 }
 
 /// The status answer of a refused resume, and its metric result.
@@ -130,46 +141,40 @@ impl Sidecar {
                 return Ok(forward_unrecorded(s, session, body).await?.1);
             }
         }
-        let owner = self.owner(session)?;
+        let owner = s.chats.owner(&session.req_header().headers)?;
         let map = match body.is_empty() {
             true => None,
             false => Some(json_object(&body)?),
         };
-        let lookup = {
+        let (name, tok, cursor) = {
             let header = |h: &str| header_value(session, h);
             let parts = Parts {
                 captures: &m.captures,
                 query: session.req_header().uri.query(),
                 header: &header,
             };
-            self.lookup(route, &parts, map.as_ref(), &owner)?
+            let name = lookup(route, &parts, map.as_ref())?;
+            let key = |src: &Option<KeySource>| match src {
+                Some(src) => first_key(std::slice::from_ref(src), &parts, map.as_ref()),
+                None => Ok(None),
+            };
+            (name, key(&resume.token), key(&resume.cursor))
         };
-        self.sync_lookup(&lookup, &owner).await;
-        let (run, cursor, named) = {
-            let header = |h: &str| header_value(session, h);
-            let parts = Parts {
-                captures: &m.captures,
-                query: session.req_header().uri.query(),
-                header: &header,
-            };
-            let (run, named) = self.find_run(route, &parts, map.as_ref(), &owner)?;
-            let run = match (&resume.token, &named, run) {
-                (Some(src), Some(name), Some(run)) => {
-                    let tok = first_key(std::slice::from_ref(src), &parts, map.as_ref())?;
-                    let ok = tok.is_some_and(|t| {
-                        token::verify(&s.cfg.secret, name, &owner, &t, token::now())
-                    });
-                    ok.then_some(run)
-                }
-                (Some(_), _, _) => None,
-                (None, _, run) => run,
-            };
-            let cursor = match &resume.cursor {
-                Some(src) => first_key(std::slice::from_ref(src), &parts, map.as_ref())?,
-                None => None,
-            };
-            (run, cursor, named)
+        let run = s.chats.lookup(owner, &name).await.map(|f| f.run);
+        let named = match name {
+            Name::Run(id) => Some(id),
+            Name::Chat(_) => None,
         };
+        let run = match (&resume.token, &named, run) {
+            (Some(_), Some(name), Some(run)) => {
+                let ok = tok?
+                    .is_some_and(|t| token::verify(&s.cfg.secret, name, &owner, &t, token::now()));
+                ok.then_some(run)
+            }
+            (Some(_), _, _) => None,
+            (None, _, run) => run,
+        };
+        let cursor = cursor?;
         let dialect = verbatim(resume);
         let kind = dialect.kind();
         let Some(run) = run else {
@@ -204,59 +209,6 @@ impl Sidecar {
         };
         self.serve_verbatim(session, &run, plan, Reader::Resume(kind), false, &owner)
             .await
-    }
-
-    /// What a resume, stop or status request names, before the registry is asked: a run id
-    /// or alias, or a chat (its scope).
-    pub(crate) fn lookup(
-        &self,
-        route: &Route,
-        parts: &Parts<'_>,
-        body: Option<&Map<String, Value>>,
-        owner: &Owner,
-    ) -> Result<Lookup, ApiError> {
-        if !route.run.is_empty() {
-            return match run_key(&route.run, parts, body)? {
-                Some(id) => Ok(Lookup::Id(id)),
-                None => Err(ApiError::new(
-                    Code::InvalidRunId,
-                    "the request names no run",
-                )),
-            };
-        }
-        let chat_id = request::chat_id(&route.chat_id, parts, body)?;
-        Ok(Lookup::Chat(Auth::scope(owner, &chat_id), None))
-    }
-
-    /// Brings what the shared journal knows of a lookup into the registry.
-    pub(crate) async fn sync_lookup(&self, lookup: &Lookup, owner: &Owner) {
-        match lookup {
-            Lookup::Id(id) => self.sync_id(owner, id).await,
-            Lookup::Chat(scope, run) => self.sync_chat(scope, owner, run.as_ref()).await,
-        }
-    }
-
-    /// The run a resume, stop or status request names: by the route's `run` sources (tether's
-    /// run id or an alias), else the chat's current run. Also returns the id the client named.
-    pub(crate) fn find_run(
-        &self,
-        route: &Route,
-        parts: &Parts<'_>,
-        body: Option<&Map<String, Value>>,
-        owner: &Owner,
-    ) -> Result<(Option<Arc<Run>>, Option<RunId>), ApiError> {
-        let reg = &self.shared.registry;
-        if !route.run.is_empty() {
-            let Some(id) = run_key(&route.run, parts, body)? else {
-                return Err(ApiError::new(
-                    Code::InvalidRunId,
-                    "the request names no run",
-                ));
-            };
-            return Ok((reg.by_id(owner, &id).map(|(_, r)| r), Some(id)));
-        }
-        let chat_id = request::chat_id(&route.chat_id, parts, body)?;
-        Ok((reg.current(&Auth::scope(owner, &chat_id), owner), None))
     }
 
     /// Writes the run's recorded response header (plus resume-token headers) and serves the

@@ -10,26 +10,14 @@ use pingora_proxy::Session;
 use super::resume::Reader;
 use super::session::{observe, write_sse_header, Handled, Reply};
 use super::Sidecar;
+use crate::chats::{ByKey, Chat, IdempotencyKey, Owner};
 use crate::config::{Ids, Route};
 use crate::dialect::Plan;
 use crate::error::{ApiError, Code};
 use crate::state::attach_policy::Start;
-use crate::state::auth::Owner;
-use crate::state::registry::idempotency::Keyed;
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::Run;
-use crate::vocab::{RunId, Scope};
-
-/// The names a run is indexed by for its idempotency key (here and in the shared journal): the
-/// key's, and the key's with its request body's, both hashed (short and of one alphabet).
-pub(crate) fn key_names(key: &str, body: &[u8; 32]) -> [String; 2] {
-    let k = blake3::hash(key.as_bytes()).to_hex();
-    let b = blake3::Hash::from_bytes(*body).to_hex();
-    [
-        format!("~key:{}", &k[..32]),
-        format!("~key:{}:{}", &k[..32], &b[..32]),
-    ]
-}
+use crate::vocab::RunId;
 
 /// `422 idempotency_key_reused`, naming the run the key started.
 fn reused(first: RunId) -> ApiError {
@@ -41,82 +29,54 @@ fn reused(first: RunId) -> ApiError {
     e
 }
 
-/// A record request's idempotency key and the hash of its body.
-pub(crate) struct Retry<'a> {
-    pub(crate) key: &'a str,
-    pub(crate) body: [u8; 32],
+/// A record request's idempotency key, and how its requester reads.
+pub(crate) struct Retry {
+    pub(crate) key: IdempotencyKey,
     /// The requester reads the upstream bytes unchanged (not protocol 1).
     pub(crate) legacy: bool,
 }
 
 impl Sidecar {
     /// Registers a record request that carries an idempotency key, as
-    /// [`Registry::register`](crate::state::registry::Registry::register) does, unless the key
-    /// names a run of the chat: then the request is answered from that run (`Err` holds the
-    /// answer). A key whose first request still waits for the backend's answer waits with it,
-    /// up to `[recorder] max_wait`.
-    #[allow(clippy::too_many_arguments)]
+    /// [`Chat::register`] does, unless the key names a run of the chat: then the request is
+    /// answered from that run (`Err` holds the answer). A key whose first request still waits
+    /// for the backend's answer waits with it, up to `[recorder] max_wait`.
     pub(crate) async fn register_retry(
         &self,
         session: &mut Session,
         route: &Route,
-        scope: &Scope,
-        owner: Owner,
+        chat: &Chat<'_>,
         run_id: &RunId,
         admit: Admission,
-        retry: Retry<'_>,
+        retry: Retry,
     ) -> Result<Pending, Handled> {
         let s = &self.shared;
-        let deadline = tokio::time::Instant::now() + s.cfg.recorder.max_wait.0;
-        let mut changed = s.registry.subscribe();
-        if let Some(j) = &s.journal {
-            // A run another replica started for this key: the journal indexes it by the key's
-            // names (with its body, and without: another body).
-            if s.registry
-                .keyed(scope, &owner, retry.key, retry.body)
-                .is_none()
-            {
-                let [plain, with_body] = key_names(retry.key, &retry.body);
-                if let Some(run) = j.find_named(scope, owner, &with_body.into()).await {
-                    return Err(self.join(session, route, &run, &owner, retry.legacy).await);
-                }
-                if let Some(run) = j.find_named(scope, owner, &plain.into()).await {
-                    return Err(Err(reused(run.id().clone())));
-                }
+        let wait = s.cfg.recorder.max_wait.0;
+        let owner = chat.owner();
+        match chat.register_keyed(run_id, admit, &retry.key, wait).await {
+            Ok(ByKey::New(p)) => Ok(p),
+            Ok(ByKey::Join(run)) => {
+                Err(self.join(session, route, &run, &owner, retry.legacy).await)
             }
-        }
-        loop {
-            let keyed = s
-                .registry
-                .register_keyed(scope, owner, run_id, admit, retry.key, retry.body);
-            match keyed {
-                Ok(Keyed::New(p)) => return Ok(p),
-                Ok(Keyed::Join(run)) => {
-                    return Err(self.join(session, route, &run, &owner, retry.legacy).await)
+            Ok(ByKey::Reused(first)) => Err(Err(reused(first))),
+            Ok(ByKey::InUse(first)) => {
+                let mut e = ApiError::new(
+                    Code::IdempotencyKeyInUse,
+                    "the first request with this idempotency key is still waiting for the \
+                     backend; retry later",
+                );
+                e.run_id = Some(first);
+                Err(Err(e))
+            }
+            Err(busy) => {
+                let mut e = ApiError::new(
+                    Code::TurnAlreadyRunning,
+                    "this chat already has a turn running",
+                );
+                if let Busy::Running(active) = busy {
+                    e.run_id = Some(active);
                 }
-                Ok(Keyed::Reused(first)) => return Err(Err(reused(first))),
-                Ok(Keyed::Wait(first)) => {
-                    let woke = tokio::time::timeout_at(deadline, changed.changed()).await;
-                    if !matches!(woke, Ok(Ok(()))) {
-                        let mut e = ApiError::new(
-                            Code::IdempotencyKeyInUse,
-                            "the first request with this idempotency key is still waiting for \
-                             the backend; retry later",
-                        );
-                        e.run_id = Some(first);
-                        return Err(Err(e));
-                    }
-                }
-                Err(busy) => {
-                    let mut e = ApiError::new(
-                        Code::TurnAlreadyRunning,
-                        "this chat already has a turn running",
-                    );
-                    if let Busy::Running(active) = busy {
-                        e.run_id = Some(active);
-                    }
-                    return Err(Err(e));
-                }
+                Err(Err(e))
             }
         }
     }

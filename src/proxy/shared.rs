@@ -1,5 +1,5 @@
-//! The state every request of one sidecar shares: configuration, registry, backend client,
-//! metrics, callers' identities, and the drain's trackers.
+//! The state every request of one sidecar shares: configuration, chats (callers, runs and the
+//! shared journal, [`crate::chats`]), backend client, metrics, and the drain's trackers.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -10,11 +10,10 @@ use tokio_util::task::TaskTracker;
 use super::cors::Cors;
 use crate::backend::Upstream;
 use crate::budget::Budget;
+use crate::chats::Chats;
 use crate::config::Config;
 use crate::metrics::downstream::DownstreamMetrics;
 use crate::metrics::Metrics;
-use crate::state::auth::Auth;
-use crate::state::registry::Registry;
 
 /// State shared by every request of one sidecar.
 pub struct Shared {
@@ -22,8 +21,9 @@ pub struct Shared {
     pub cfg: Config,
     /// CORS headers on tether's own answers, and its preflights.
     pub cors: Cors,
-    /// Chats and runs.
-    pub registry: Arc<Registry>,
+    /// Callers, chats and runs: every lookup and registration, with the shared journal when
+    /// one is configured.
+    pub chats: Chats,
     /// The backend client.
     pub upstream: Arc<Upstream>,
     /// Metric families.
@@ -32,8 +32,6 @@ pub struct Shared {
     pub downstream: DownstreamMetrics,
     /// Bytes buffered for clients and backends (`[limits] max_buffered_bytes`).
     pub budget: Budget,
-    /// Caller identities.
-    pub auth: Auth,
     /// Set on SIGTERM: new record requests are refused with 503.
     pub draining: AtomicBool,
     /// Producer tasks: the drain waits for them.
@@ -42,6 +40,4 @@ pub struct Shared {
     pub observers: TaskTracker,
     /// Cancelled when the drain ends: live observer streams stop.
     pub stop: CancellationToken,
-    /// The shared journal, when one is configured.
-    pub journal: Option<Arc<crate::replica::Replica>>,
 }

@@ -29,7 +29,7 @@ impl Admin {
     pub fn metrics_text(&self) -> String {
         let m = &self.shared.metrics;
         m.recorded_bytes
-            .set(self.shared.registry.recorded_bytes() as i64);
+            .set(self.shared.chats.registry().recorded_bytes() as i64);
         let connects = self.shared.upstream.connects();
         m.upstream_connects_waiting.set(connects.waiting() as i64);
         let seen = m.upstream_fd_waits.get();
@@ -72,7 +72,7 @@ impl HttpServerApp for Admin {
                 if self.shared.draining.load(Ordering::Relaxed) {
                     respond(&mut s, 503, "text/plain", Bytes::from_static(b"draining\n")).await
                 } else {
-                    let body: &'static [u8] = match &self.shared.journal {
+                    let body: &'static [u8] = match self.shared.chats.journal() {
                         Some(j) if j.is_degraded() => b"ready\njournal: degraded\n",
                         Some(_) => b"ready\njournal: ok\n",
                         None => b"ready\n",

@@ -80,7 +80,7 @@ async fn two_concurrent_requests_with_one_key_share_one_backend_request() {
         be.requests.lock().len() == 1
     })
     .await;
-    let registry = tether.handle().shared.registry.clone();
+    let registry = tether.handle().shared.chats.registry().clone();
     let waiting = registry.subscribers();
     let two =
         tokio::spawn(async move { keyed(addr, &[KEY], &chat("c")).await.frames_to_end().await });

@@ -49,7 +49,7 @@ impl Sidecar {
 
     /// The registry of chats and runs.
     pub fn registry(&self) -> Arc<Registry> {
-        self.handle().shared.registry.clone()
+        self.handle().shared.chats.registry().clone()
     }
 
     /// The current run of an anonymous chat.
