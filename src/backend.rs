@@ -92,7 +92,7 @@ pub struct Upstream {
     connects: Connects,
     slots: std::sync::Arc<Slots>,
     peer: Resolved,
-    opts: config::Upstream,
+    opts: config::UpstreamConf,
     /// The `Host` of every forwarded request, for an HTTPS backend (its URL's); a plain
     /// backend gets the client's.
     host: Option<String>,
@@ -102,7 +102,7 @@ impl Upstream {
     /// A client for the backend at `url` (plain HTTP/1.1, or HTTPS verified against the
     /// system's roots or `opts.ca`, with `opts`' client certificate), resolved here and again
     /// as [`dns`] says.
-    pub fn new(url: &config::UpstreamUrl, opts: config::Upstream) -> std::io::Result<Self> {
+    pub fn new(url: &config::UpstreamUrl, opts: config::UpstreamConf) -> std::io::Result<Self> {
         let tls = BackendTls::load(&opts).map_err(std::io::Error::other)?;
         // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
         let addr = config::resolve(&url.hostport())?;

@@ -2,7 +2,7 @@
 //! command-line flags ([`flags`]), merged and validated.
 //!
 //! Precedence: built-in defaults, then the file named by `--config`, then flags (each flag also
-//! reads a `TETHER_*` environment variable). [`File::validate`] checks the result once at start;
+//! reads a `TETHER_*` environment variable). [`FileConf::validate`] checks the result once at start;
 //! an invalid configuration is a [`ConfigError`] naming the key, and `main` exits with status 64.
 
 mod cors;
@@ -23,12 +23,13 @@ pub use crate::journal::DEFAULT_WINDOW;
 
 pub use crate::error::ConfigError;
 pub use crate::vocab::kinds::DialectKind;
-pub use cors::{Cors, CorsConf, Origins};
+pub use cors::{CorsConf, CorsSettings, Origins};
 pub use file::{
-    parse_file, AuthConf, Dur, File, JournalConf, Limits, Recorder, Server, Subject, Upstream,
+    parse_file, AuthConf, Dur, FileConf, JournalConf, LimitsConf, RecorderConf, ServerConf,
+    Subject, UpstreamConf,
 };
 pub use flags::{Flags, LogFormat};
-pub use journal::{Journal, JournalTls};
+pub use journal::{JournalSettings, JournalTls};
 pub use pattern::{Captures, RoutePath};
 pub use route::{match_route, Route};
 pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind};
@@ -69,15 +70,15 @@ pub struct Config {
     /// (`GET /`).
     pub serve_client: bool,
     /// The `[server]` table.
-    pub server: Server,
+    pub server: ServerConf,
     /// The `[upstream]` table.
-    pub upstream_opts: Upstream,
+    pub upstream_opts: UpstreamConf,
     /// The `[recorder]` table.
-    pub recorder: Recorder,
+    pub recorder: RecorderConf,
     /// Where the caller's identity comes from.
     pub subject: Subject,
     /// The `[limits]` table.
-    pub limits: Limits,
+    pub limits: LimitsConf,
     /// Routes in match order.
     pub routes: Vec<Route>,
     /// The raw record every run keeps, when a route reads raw frames.
@@ -87,9 +88,9 @@ pub struct Config {
     /// Whether the secret was configured (not drawn at random at start).
     pub secret_configured: bool,
     /// The shared journal, when one is configured.
-    pub journal: Option<Journal>,
+    pub journal: Option<JournalSettings>,
     /// `[server.cors]`, when some origin is allowed.
-    pub cors: Option<Cors>,
+    pub cors: Option<CorsSettings>,
 }
 
 /// The raw record's settings, derived from the routes that read it.
@@ -110,13 +111,13 @@ impl Config {
                     .map_err(|e| err(path.display().to_string(), e.to_string()))?;
                 parse_file(&text)?
             }
-            None => File::default(),
+            None => FileConf::default(),
         };
         Config::from_parts(file, flags)
     }
 
     /// Applies flags to a parsed file and validates the result.
-    pub fn from_parts(mut file: File, flags: &Flags) -> Result<Config, ConfigError> {
+    pub fn from_parts(mut file: FileConf, flags: &Flags) -> Result<Config, ConfigError> {
         flags.apply(&mut file);
         // Empty entries (an empty TETHER_CORS_ORIGINS, a doubled comma) name no origin.
         let origins: Vec<String> = flags

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::file::{Dur, File, Subject};
+use super::file::{Dur, FileConf, Subject};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -164,7 +164,7 @@ pub struct Flags {
 impl Flags {
     /// Copies every flag that was given (or its `TETHER_*` variable) onto its key of `file`;
     /// flags win over the file.
-    pub(super) fn apply(&self, file: &mut File) {
+    pub(super) fn apply(&self, file: &mut FileConf) {
         self.apply_server(file);
         self.apply_upstream(file);
         self.apply_recorder(file);
@@ -172,7 +172,7 @@ impl Flags {
     }
 
     /// `[server]`: listeners, client-side timeouts and caps.
-    fn apply_server(&self, file: &mut File) {
+    fn apply_server(&self, file: &mut FileConf) {
         if let Some(v) = &self.listen {
             file.server.listen = v.clone();
         }
@@ -217,7 +217,7 @@ impl Flags {
     }
 
     /// `[upstream]`: the backend, its TLS files and its limits.
-    fn apply_upstream(&self, file: &mut File) {
+    fn apply_upstream(&self, file: &mut FileConf) {
         if let Some(v) = &self.upstream_ca {
             file.upstream.ca = Some(v.clone());
         }
@@ -236,7 +236,7 @@ impl Flags {
     }
 
     /// `[recorder]` and `[limits]`: what a run keeps and what all runs may hold.
-    fn apply_recorder(&self, file: &mut File) {
+    fn apply_recorder(&self, file: &mut FileConf) {
         if let Some(v) = self.window {
             file.recorder.window = v;
         }
@@ -258,7 +258,7 @@ impl Flags {
     }
 
     /// `[journal]`: the shared journal.
-    fn apply_journal(&self, file: &mut File) {
+    fn apply_journal(&self, file: &mut FileConf) {
         if let Some(v) = &self.journal {
             file.journal.url = v.clone();
         }

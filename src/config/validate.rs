@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use super::{
-    addr, default_routes, err, flags_secret, journal, paired, raw_record, route, Config, Cors,
-    File, Limits, Recorder, Server, Subject, Upstream, UpstreamUrl, ORIGINS_KEY,
+    addr, default_routes, err, flags_secret, journal, paired, raw_record, route, Config,
+    CorsSettings, FileConf, LimitsConf, RecorderConf, ServerConf, Subject, UpstreamConf,
+    UpstreamUrl, ORIGINS_KEY,
 };
 use crate::error::ConfigError;
 
@@ -26,7 +27,7 @@ fn at_least(key: &str, v: usize, min: usize) -> Result<(), ConfigError> {
     }
 }
 
-impl File {
+impl FileConf {
     /// Checks every value and builds the [`Config`].
     pub fn validate(self) -> Result<Config, ConfigError> {
         let listen = addr("server.listen", &self.server.listen)?;
@@ -49,7 +50,7 @@ impl File {
         let serve_client = self.server.serve_client.unwrap_or(upstream.is_none());
         let raw = raw_record(&routes, self.recorder.max_raw_bytes_per_run)?;
         let journal = journal::journal(&self.journal)?;
-        let cors = Cors::check(&self.server.cors, ORIGINS_KEY)?;
+        let cors = CorsSettings::check(&self.server.cors, ORIGINS_KEY)?;
         let secret_configured = flags_secret().is_some() || !self.auth.secret.is_empty();
         let secret = match (&flags_secret(), self.auth.secret.as_str()) {
             (Some(s), _) => s.clone().into_bytes(),
@@ -78,7 +79,7 @@ impl File {
 
 /// The backend, named once (`[server] upstream` or `[upstream] url`), with its TLS files only
 /// for an HTTPS backend; and the listener's certificate and key set together or not at all.
-fn backend(server: &Server, u: &Upstream) -> Result<Option<UpstreamUrl>, ConfigError> {
+fn backend(server: &ServerConf, u: &UpstreamConf) -> Result<Option<UpstreamUrl>, ConfigError> {
     let upstream = match (server.upstream.trim(), u.url.trim()) {
         ("", "") => None,
         (url, "") => Some(UpstreamUrl::parse(url).map_err(|m| err("server.upstream", m))?),
@@ -111,7 +112,7 @@ fn backend(server: &Server, u: &Upstream) -> Result<Option<UpstreamUrl>, ConfigE
 }
 
 /// `[recorder]`: the window, the body and event caps.
-fn check_recorder(r: &Recorder) -> Result<(), ConfigError> {
+fn check_recorder(r: &RecorderConf) -> Result<(), ConfigError> {
     at_least("recorder.window", r.window, 1)?;
     if r.window > 1 << 20 {
         return Err(err("recorder.window", "must be at most 1048576"));
@@ -121,7 +122,7 @@ fn check_recorder(r: &Recorder) -> Result<(), ConfigError> {
 }
 
 /// `[server]`: the client-side timeouts and caps.
-fn check_server(s: &Server) -> Result<(), ConfigError> {
+fn check_server(s: &ServerConf) -> Result<(), ConfigError> {
     positive("server.heartbeat", s.heartbeat.0)?;
     positive("server.write_timeout", s.write_timeout.0)?;
     positive("server.header_timeout", s.header_timeout.0)?;
@@ -138,7 +139,7 @@ fn check_server(s: &Server) -> Result<(), ConfigError> {
 }
 
 /// `[upstream]`: the backend's request cap and timeouts.
-fn check_upstream(u: &Upstream) -> Result<(), ConfigError> {
+fn check_upstream(u: &UpstreamConf) -> Result<(), ConfigError> {
     if u.max_requests == Some(0) {
         return Err(err("upstream.max_requests", "must be at least 1"));
     }
@@ -148,7 +149,7 @@ fn check_upstream(u: &Upstream) -> Result<(), ConfigError> {
 
 /// `[limits]`: the header cap, observers, runs and the buffers (the sidecar's budget holds at
 /// least one client's queue and one event).
-fn check_limits(l: &Limits, r: &Recorder) -> Result<(), ConfigError> {
+fn check_limits(l: &LimitsConf, r: &RecorderConf) -> Result<(), ConfigError> {
     at_least("limits.max_header_bytes", l.max_header_bytes, 1024)?;
     at_least("limits.max_observers_per_run", l.max_observers_per_run, 1)?;
     at_least("limits.max_runs", l.max_runs, 1)?;
