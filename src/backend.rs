@@ -252,7 +252,7 @@ impl Upstream {
 /// Joins a request's `Cookie` lines into one, `; ` between them (an HTTP/2 client's cookie
 /// crumbs, RFC 9113 §8.2.3; see [`crate::request::joined_cookies`]). The proxy does it as a
 /// request arrives, so that every reader of the header and every path that forwards the request
-/// sees one line; [`outgoing`] does it again for tether's own exchanges.
+/// sees one line; `outgoing` does it again for tether's own exchanges.
 pub fn join_cookies(req: &mut RequestHeader) {
     if let Some(joined) = crate::request::joined_cookies(&req.headers) {
         // Through Pingora's own calls, which keep an HTTP/1.1 request's header-name case map
