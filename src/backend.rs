@@ -92,7 +92,7 @@ pub struct Upstream {
     connects: Connects,
     slots: std::sync::Arc<Slots>,
     peer: Resolved,
-    opts: config::Upstream,
+    opts: config::UpstreamConf,
     /// The `Host` of every forwarded request, for an HTTPS backend (its URL's); a plain
     /// backend gets the client's.
     host: Option<String>,
@@ -102,7 +102,7 @@ impl Upstream {
     /// A client for the backend at `url` (plain HTTP/1.1, or HTTPS verified against the
     /// system's roots or `opts.ca`, with `opts`' client certificate), resolved here and again
     /// as [`dns`] says.
-    pub fn new(url: &config::UpstreamUrl, opts: config::Upstream) -> std::io::Result<Self> {
+    pub fn new(url: &config::UpstreamUrl, opts: config::UpstreamConf) -> std::io::Result<Self> {
         let tls = BackendTls::load(&opts).map_err(std::io::Error::other)?;
         // Pingora's `HttpPeer::new` would panic on a name that does not resolve.
         let addr = config::resolve(&url.hostport())?;
@@ -252,7 +252,7 @@ impl Upstream {
 /// Joins a request's `Cookie` lines into one, `; ` between them (an HTTP/2 client's cookie
 /// crumbs, RFC 9113 §8.2.3; see [`crate::request::joined_cookies`]). The proxy does it as a
 /// request arrives, so that every reader of the header and every path that forwards the request
-/// sees one line; [`outgoing`] does it again for tether's own exchanges.
+/// sees one line; `outgoing` does it again for tether's own exchanges.
 pub fn join_cookies(req: &mut RequestHeader) {
     if let Some(joined) = crate::request::joined_cookies(&req.headers) {
         // Through Pingora's own calls, which keep an HTTP/1.1 request's header-name case map

@@ -36,7 +36,7 @@ use crate::state::registry::Pending;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
 use crate::vocab::RunId;
-use read::{read, ReadLimits, Started};
+use read::{read, ReadEnd, ReadLimits, Started};
 use tee::tee;
 pub use tee::{StreamCut, TeeReader};
 
@@ -248,7 +248,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
     };
-    let (ending, tee) = read(
+    let ReadEnd { ending, tee, clean } = read(
         &mut s,
         &run,
         limits,
@@ -268,7 +268,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
     chats.registry().notify();
-    if let (Ending::Clean, Some(tee)) = (ending, tee) {
+    // Any other end drops the tee: the requester's stream is cut.
+    if let (true, Some(tee)) = (clean, tee) {
         tee.end_clean();
     }
     info!(

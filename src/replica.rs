@@ -209,7 +209,7 @@ impl Health {
 /// One replica's connection to the shared journal.
 pub struct Replica {
     /// Validated settings.
-    pub cfg: config::Journal,
+    pub cfg: config::JournalSettings,
     /// Replay window (events) of every run.
     pub window: usize,
     /// How long ended runs stay in Redis.
@@ -242,7 +242,7 @@ impl std::fmt::Debug for Replica {
 impl Replica {
     /// Connects lazily (start never waits for Redis) and starts the liveness and message tasks.
     pub fn start(
-        cfg: config::Journal,
+        cfg: config::JournalSettings,
         window: usize,
         retention: Duration,
         raw_cap: Option<usize>,

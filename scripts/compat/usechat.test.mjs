@@ -10,7 +10,9 @@
 // a reload mid-turn (the same assistant message completes once: one step, one reasoning part, one
 // text part equal to the model's text, the backend's own saved message; one POST), two tabs on one
 // chat (the second opened mid-turn), Stop through the profile's stop route (the backend's request
-// is aborted; a reload resumes nothing), and a reload after the end (no spinner, no duplicate).
+// is aborted; a reload resumes nothing), two tabs with Stop pressed in the second (the first, whose
+// own request tether stops, shows the stopped answer, not an error), and a reload after the end
+// (no spinner, no duplicate).
 //
 // Needs the tether binary (TETHER_BIN or target/debug/tether) and /usr/bin/chromium or CHROMIUM.
 
@@ -246,6 +248,46 @@ for (const major of MAJORS) {
         assert.deepEqual(state.messages, saved, "the page shows what the backend saved");
         assert.equal((await rendered(page)).spinner, false);
         assert.equal(backend.stats(chat).posts, 1, "no new turn");
+      } finally {
+        await ctx.close();
+      }
+    });
+
+    test("two tabs, Stop in the second: the first shows the stopped answer, not an error", async () => {
+      const chat = `${major.ai}-two-tabs-stop`;
+      const ctx = await browser.newContext();
+      try {
+        const first = await openTab(ctx, chat);
+        await settled(first);
+        await sendAndWaitText(first, "Tell me about tether.", 20);
+        const second = await openTab(ctx, chat);
+        await midTurn(second, 21);
+        await second.click("#stop");
+        await second.waitForFunction(() => window.chatPage.stopAnswer !== null && window.chatPage.status === "ready", null, WAIT);
+        const stopAnswer = await second.evaluate(() => window.chatPage.stopAnswer);
+        assert.equal(stopAnswer.status, 200, stopAnswer.body);
+        // The tab that did not press Stop: its own request's stream ends as the SDK's server
+        // ends a stopped one (abort, then a clean end), so useChat is ready, not in error.
+        await first.waitForFunction(() => window.chatPage.status !== "streaming" && window.chatPage.status !== "submitted", null, WAIT);
+        const a = await first.evaluate(() => window.chatPage);
+        assert.equal(a.error, null, `no error in the first tab: ${a.error}`);
+        assert.equal(a.status, "ready");
+        assert.ok(!a.statuses.includes("error"), String(a.statuses));
+        assert.deepEqual(a.messages.map((m) => m.role), ["user", "assistant"]);
+        const text = a.messages[1].parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+        assert.ok(text.length >= 20 && text.length < backend.fullText.length, `the answer so far: ${text.length} characters`);
+        assert.ok(backend.fullText.startsWith(text), "the first tab's text is the model's, once");
+        await backend.settled(chat);
+        assert.deepEqual(backend.stats(chat), { posts: 1, aborted: 1, streamAborted: 1, saves: 1 });
+        const saved = backend.saved(chat).at(-1).parts.filter((p) => p.type === "text").map((p) => p.text).join("");
+        assert.ok(saved.startsWith(text), "the first tab shows what the backend saved, or less of it");
+        const shown = await rendered(first);
+        assert.equal(shown.count, 1);
+        assert.equal(shown.spinner, false);
+        assert.deepEqual(shown.text, [text]);
+        const b = await second.evaluate(() => window.chatPage);
+        assert.equal(b.error, null, `no error in the second tab: ${b.error}`);
+        assert.deepEqual(b.resumes, ["stream"], "the second tab resumed the running turn");
       } finally {
         await ctx.close();
       }

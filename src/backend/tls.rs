@@ -32,7 +32,7 @@ impl std::fmt::Debug for BackendTls {
 impl BackendTls {
     /// Reads the files `opts` names (none: the defaults). The error names the file and says
     /// what is wrong with it.
-    pub fn load(opts: &config::Upstream) -> Result<Self, String> {
+    pub fn load(opts: &config::UpstreamConf) -> Result<Self, String> {
         let ca = match &opts.ca {
             None => None,
             Some(path) => {
@@ -93,8 +93,8 @@ pub fn private_key(path: &Path) -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    fn opts(ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path>) -> config::Upstream {
-        config::Upstream {
+    fn opts(ca: Option<&Path>, cert: Option<&Path>, key: Option<&Path>) -> config::UpstreamConf {
+        config::UpstreamConf {
             ca: ca.map(Path::to_path_buf),
             cert: cert.map(Path::to_path_buf),
             key: key.map(Path::to_path_buf),

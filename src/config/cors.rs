@@ -53,7 +53,7 @@ pub enum Origins {
 
 /// `[server.cors]` checked: present only when some origin is allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cors {
+pub struct CorsSettings {
     /// The allowed origins.
     pub origins: Origins,
     /// Whether credentialed requests may read the answers.
@@ -66,10 +66,13 @@ pub struct Cors {
     pub max_age: Duration,
 }
 
-impl Cors {
+impl CorsSettings {
     /// Checks `[server.cors]`; `origins_key` names where the origins came from (the file's key,
     /// or `--cors-origin`). `None` when no origin is allowed.
-    pub(super) fn check(c: &CorsConf, origins_key: &str) -> Result<Option<Cors>, ConfigError> {
+    pub(super) fn check(
+        c: &CorsConf,
+        origins_key: &str,
+    ) -> Result<Option<CorsSettings>, ConfigError> {
         let headers = |key: &str, names: &[String]| -> Result<Vec<String>, ConfigError> {
             let mut out: Vec<String> = Vec::new();
             for n in names {
@@ -119,7 +122,7 @@ impl Cors {
                 "must be at most 24h",
             ));
         }
-        Ok(Some(Cors {
+        Ok(Some(CorsSettings {
             origins: if any {
                 Origins::Any
             } else {
@@ -192,12 +195,15 @@ mod tests {
 
     #[test]
     fn no_origin_means_no_cors() {
-        assert_eq!(Cors::check(&CorsConf::default(), "k").unwrap(), None);
+        assert_eq!(
+            CorsSettings::check(&CorsConf::default(), "k").unwrap(),
+            None
+        );
     }
 
     #[test]
     fn origins_are_kept_as_a_browser_sends_them() {
-        let c = Cors::check(
+        let c = CorsSettings::check(
             &conf(&[
                 "http://127.0.0.2:8081",
                 "HTTPS://App.Example.COM",
@@ -240,24 +246,24 @@ mod tests {
             "null",
             "",
         ] {
-            let e = Cors::check(&conf(&[bad]), "--cors-origin").unwrap_err();
+            let e = CorsSettings::check(&conf(&[bad]), "--cors-origin").unwrap_err();
             assert_eq!(e.key, "--cors-origin", "{bad:?}");
         }
     }
 
     #[test]
     fn any_origin_is_alone_and_never_with_credentials() {
-        let c = Cors::check(&conf(&["*"]), "k").unwrap().unwrap();
+        let c = CorsSettings::check(&conf(&["*"]), "k").unwrap().unwrap();
         assert_eq!(c.origins, Origins::Any);
-        let e = Cors::check(&conf(&["*", "https://a.com"]), "k").unwrap_err();
+        let e = CorsSettings::check(&conf(&["*", "https://a.com"]), "k").unwrap_err();
         assert_eq!(e.key, "k");
         let mut with_credentials = conf(&["*"]);
         with_credentials.allow_credentials = true;
-        let e = Cors::check(&with_credentials, "k").unwrap_err();
+        let e = CorsSettings::check(&with_credentials, "k").unwrap_err();
         assert_eq!(e.key, "server.cors.allow_credentials");
         with_credentials.allow_origins = vec!["https://a.com".into()];
         assert!(
-            Cors::check(&with_credentials, "k")
+            CorsSettings::check(&with_credentials, "k")
                 .unwrap()
                 .unwrap()
                 .credentials
@@ -269,23 +275,26 @@ mod tests {
         let mut c = conf(&["https://a.com"]);
         c.expose_headers = vec!["X-Workflow-Run-Id".into(), "x-workflow-run-id".into()];
         c.allow_headers = vec!["X-Api-Key".into()];
-        let ok = Cors::check(&c, "k").unwrap().unwrap();
+        let ok = CorsSettings::check(&c, "k").unwrap().unwrap();
         assert_eq!(ok.expose_headers, ["x-workflow-run-id"]);
         assert_eq!(ok.allow_headers, ["x-api-key"]);
         c.expose_headers = vec!["bad header".into()];
         assert_eq!(
-            Cors::check(&c, "k").unwrap_err().key,
+            CorsSettings::check(&c, "k").unwrap_err().key,
             "server.cors.expose_headers"
         );
         c.expose_headers.clear();
         c.allow_headers = vec!["".into()];
         assert_eq!(
-            Cors::check(&c, "k").unwrap_err().key,
+            CorsSettings::check(&c, "k").unwrap_err().key,
             "server.cors.allow_headers"
         );
         c.allow_headers.clear();
         c.max_age = Dur(Duration::from_secs(90_000));
-        assert_eq!(Cors::check(&c, "k").unwrap_err().key, "server.cors.max_age");
+        assert_eq!(
+            CorsSettings::check(&c, "k").unwrap_err().key,
+            "server.cors.max_age"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The configuration file: the `conf/tether.toml` tree as read, with its defaults. Every table
-//! denies unknown keys; values are checked once, by [`File::validate`](super::File::validate).
+//! denies unknown keys; values are checked once, by [`FileConf::validate`](super::FileConf::validate).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use crate::error::ConfigError;
 /// `[server]`: listeners, upstream and timeouts.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Server {
+pub struct ServerConf {
     /// Address the proxy listens on.
     pub listen: String,
     /// The backend, `host:port`; empty runs the embedded demo backend.
@@ -59,9 +59,9 @@ pub struct Server {
     pub cors: CorsConf,
 }
 
-impl Default for Server {
+impl Default for ServerConf {
     fn default() -> Self {
-        Server {
+        ServerConf {
             listen: "127.0.0.1:8080".into(),
             upstream: String::new(),
             admin: "127.0.0.1:9090".into(),
@@ -85,7 +85,7 @@ impl Default for Server {
 /// `[upstream]`: how the producer talks to the backend.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Upstream {
+pub struct UpstreamConf {
     /// The backend's address (as `--upstream`; or `[server] upstream`, not both).
     pub url: String,
     /// PEM file of the CA certificates that verify an HTTPS backend, instead of the system's
@@ -116,9 +116,9 @@ pub struct Upstream {
     pub max_run_duration: Dur,
 }
 
-impl Default for Upstream {
+impl Default for UpstreamConf {
     fn default() -> Self {
-        Upstream {
+        UpstreamConf {
             url: String::new(),
             ca: None,
             cert: None,
@@ -137,7 +137,7 @@ impl Default for Upstream {
 /// `[recorder]`: the recovery buffer and its limits.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Recorder {
+pub struct RecorderConf {
     /// Events kept per run for cursor replay.
     pub window: usize,
     /// How long a completed run is kept.
@@ -154,9 +154,9 @@ pub struct Recorder {
     pub max_raw_bytes_per_run: usize,
 }
 
-impl Default for Recorder {
+impl Default for RecorderConf {
     fn default() -> Self {
-        Recorder {
+        RecorderConf {
             window: super::DEFAULT_WINDOW,
             retention: Dur(Duration::from_secs(300)),
             max_chats: 64,
@@ -222,7 +222,7 @@ impl FromStr for Subject {
 /// `[limits]`: bounds on what one client or the whole sidecar may hold.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Limits {
+pub struct LimitsConf {
     /// Largest request header block (all header lines), in bytes; larger gets 431.
     pub max_header_bytes: usize,
     /// Observers one run may have at once; more get 429.
@@ -241,9 +241,9 @@ pub struct Limits {
     pub abandon_after: Dur,
 }
 
-impl Default for Limits {
+impl Default for LimitsConf {
     fn default() -> Self {
-        Limits {
+        LimitsConf {
             max_header_bytes: 64 * 1024,
             max_observers_per_run: 1024,
             max_runs: 10_000,
@@ -300,17 +300,17 @@ impl Default for JournalConf {
 /// The whole file, as read.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
-pub struct File {
+pub struct FileConf {
     /// `[server]`
-    pub server: Server,
+    pub server: ServerConf,
     /// `[upstream]`
-    pub upstream: Upstream,
+    pub upstream: UpstreamConf,
     /// `[recorder]`
-    pub recorder: Recorder,
+    pub recorder: RecorderConf,
     /// `[auth]`
     pub auth: AuthConf,
     /// `[limits]`
-    pub limits: Limits,
+    pub limits: LimitsConf,
     /// `[journal]`
     pub journal: JournalConf,
     /// `[[routes]]`; when absent, the defaults of [`default_routes`](super::route_conf::default_routes).
@@ -318,7 +318,7 @@ pub struct File {
 }
 
 /// Parses the TOML text of a configuration file.
-pub fn parse_file(text: &str) -> Result<File, ConfigError> {
+pub fn parse_file(text: &str) -> Result<FileConf, ConfigError> {
     toml::from_str(text).map_err(|e| {
         let key = e
             .span()

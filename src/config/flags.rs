@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use super::file::Subject;
+use super::file::{Dur, FileConf, Subject};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -159,4 +159,123 @@ pub struct Flags {
     /// Demo backend: pause between events, e.g. 50ms.
     #[arg(long, env = "TETHER_DEMO_PACE", value_parser = duration, default_value = "50ms")]
     pub demo_pace: Duration,
+}
+
+impl Flags {
+    /// Copies every flag that was given (or its `TETHER_*` variable) onto its key of `file`;
+    /// flags win over the file.
+    pub(super) fn apply(&self, file: &mut FileConf) {
+        self.apply_server(file);
+        self.apply_upstream(file);
+        self.apply_recorder(file);
+        self.apply_journal(file);
+    }
+
+    /// `[server]`: listeners, client-side timeouts and caps.
+    fn apply_server(&self, file: &mut FileConf) {
+        if let Some(v) = &self.listen {
+            file.server.listen = v.clone();
+        }
+        if let Some(v) = &self.upstream {
+            // The flag names the backend wherever the file did.
+            file.server.upstream = v.clone();
+            file.upstream.url.clear();
+        }
+        if let Some(v) = &self.admin {
+            file.server.admin = v.clone();
+        }
+        if let Some(v) = &self.tls_cert {
+            file.server.tls_cert = Some(v.clone());
+        }
+        if let Some(v) = &self.tls_key {
+            file.server.tls_key = Some(v.clone());
+        }
+        if let Some(v) = self.heartbeat {
+            file.server.heartbeat = Dur(v);
+        }
+        if let Some(v) = self.drain_timeout {
+            file.server.drain_timeout = Dur(v);
+        }
+        if let Some(v) = self.header_timeout {
+            file.server.header_timeout = Dur(v);
+        }
+        if let Some(v) = self.keepalive_timeout {
+            file.server.keepalive_timeout = Dur(v);
+        }
+        if let Some(v) = self.body_timeout {
+            file.server.body_timeout = Dur(v);
+        }
+        if let Some(v) = self.max_connections {
+            file.server.max_connections = Some(v);
+        }
+        if let Some(v) = self.max_streams_per_connection {
+            file.server.max_streams_per_connection = v;
+        }
+        if let Some(v) = self.serve_client {
+            file.server.serve_client = Some(v);
+        }
+    }
+
+    /// `[upstream]`: the backend, its TLS files and its limits.
+    fn apply_upstream(&self, file: &mut FileConf) {
+        if let Some(v) = &self.upstream_ca {
+            file.upstream.ca = Some(v.clone());
+        }
+        if let Some(v) = &self.upstream_cert {
+            file.upstream.cert = Some(v.clone());
+        }
+        if let Some(v) = &self.upstream_key {
+            file.upstream.key = Some(v.clone());
+        }
+        if let Some(v) = self.upstream_idle_timeout {
+            file.upstream.idle_timeout = Dur(v);
+        }
+        if let Some(v) = self.upstream_max_requests {
+            file.upstream.max_requests = Some(v);
+        }
+    }
+
+    /// `[recorder]` and `[limits]`: what a run keeps and what all runs may hold.
+    fn apply_recorder(&self, file: &mut FileConf) {
+        if let Some(v) = self.window {
+            file.recorder.window = v;
+        }
+        if let Some(v) = self.retention {
+            file.recorder.retention = Dur(v);
+        }
+        if let Some(v) = self.max_chats {
+            file.recorder.max_chats = v;
+        }
+        if let Some(v) = self.max_buffered_bytes {
+            file.limits.max_buffered_bytes = v;
+        }
+        if let Some(v) = self.max_client_buffer_bytes {
+            file.limits.max_client_buffer_bytes = v;
+        }
+        if let Some(v) = self.abandon_after {
+            file.limits.abandon_after = Dur(v);
+        }
+    }
+
+    /// `[journal]`: the shared journal.
+    fn apply_journal(&self, file: &mut FileConf) {
+        if let Some(v) = &self.journal {
+            file.journal.url = v.clone();
+        }
+        if let Some(v) = &self.replica_id {
+            file.journal.replica_id = v.clone();
+        }
+        if let Some(v) = self.journal_cluster {
+            file.journal.cluster = v;
+        }
+        if let Some(v) = &self.journal_ca {
+            file.journal.ca = Some(v.clone());
+        }
+        if let Some(v) = &self.journal_cert {
+            file.journal.cert = Some(v.clone());
+        }
+        if let Some(v) = &self.journal_key {
+            file.journal.key = Some(v.clone());
+        }
+    }
 }

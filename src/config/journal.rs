@@ -5,7 +5,7 @@ use super::{err, paired, ConfigError, JournalConf};
 
 /// The shared journal's validated settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Journal {
+pub struct JournalSettings {
     /// `redis://…` as configured (in cluster mode, the seed nodes separated by commas).
     pub url: String,
     /// Whether the journal is a Redis Cluster (sharded pub/sub, one connection per node).
@@ -33,7 +33,7 @@ pub struct JournalTls {
 }
 
 /// The `[journal]` table checked: `None` when no URL is set.
-pub(super) fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
+pub(super) fn journal(j: &JournalConf) -> Result<Option<JournalSettings>, ConfigError> {
     let url = j.url.trim();
     if url.is_empty() {
         return Ok(None);
@@ -88,7 +88,7 @@ pub(super) fn journal(j: &JournalConf) -> Result<Option<Journal>, ConfigError> {
         }
         r => r.to_string(),
     };
-    Ok(Some(Journal {
+    Ok(Some(JournalSettings {
         url: url.to_string(),
         cluster: j.cluster,
         nodes,

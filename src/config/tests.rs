@@ -67,7 +67,7 @@ fn unknown_keys_and_bad_values_name_the_key() {
 
 #[test]
 fn buffer_limits_have_safe_defaults_flags_and_floors() {
-    let c = File::default().validate().unwrap();
+    let c = FileConf::default().validate().unwrap();
     assert_eq!(c.limits.max_buffered_bytes, 256 << 20);
     assert_eq!(c.limits.max_client_buffer_bytes, 1 << 20);
     let f = Flags::parse_from([
@@ -77,7 +77,7 @@ fn buffer_limits_have_safe_defaults_flags_and_floors() {
         "--max-client-buffer-bytes",
         "262144",
     ]);
-    let c = Config::from_parts(File::default(), &f).unwrap();
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
     assert_eq!(c.limits.max_buffered_bytes, 32 << 20);
     assert_eq!(c.limits.max_client_buffer_bytes, 256 << 10);
     let e = parse_file("[limits]\nmax_client_buffer_bytes = 1000\n")
@@ -117,7 +117,7 @@ fn auth_subject_forms() {
         "--abandon-after",
         "2m",
     ]);
-    let c = Config::from_parts(File::default(), &f).unwrap();
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
     assert_eq!(c.subject, Subject::Authorization);
     assert_eq!(c.limits.abandon_after.0, Duration::from_secs(120));
 }
@@ -434,7 +434,7 @@ fn every_profile_parses_and_validates() {
     let mut names = Vec::new();
     for e in std::fs::read_dir(&dir).unwrap().flatten() {
         let text = std::fs::read_to_string(e.path()).unwrap();
-        let parsed = parse_file(&text).and_then(File::validate);
+        let parsed = parse_file(&text).and_then(FileConf::validate);
         assert!(parsed.is_ok(), "{}: {:?}", e.path().display(), parsed.err());
         names.push(e.file_name().to_string_lossy().into_owned());
     }
@@ -537,7 +537,7 @@ fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
         "--journal-key",
         "/k.pem",
     ]);
-    let c = Config::from_parts(File::default(), &f)
+    let c = Config::from_parts(FileConf::default(), &f)
         .unwrap()
         .journal
         .unwrap();
@@ -546,7 +546,7 @@ fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
         Some(("/c.pem".into(), "/k.pem".into()))
     );
     let f = Flags::parse_from(["tether", "--journal", "redis://a:7000", "--journal-cluster"]);
-    let c = Config::from_parts(File::default(), &f)
+    let c = Config::from_parts(FileConf::default(), &f)
         .unwrap()
         .journal
         .unwrap();
@@ -557,7 +557,7 @@ fn the_journal_names_one_server_or_a_clusters_seed_nodes() {
 fn a_bad_upstream_names_the_flag_or_the_key_it_came_from() {
     for bad in ["host:99999", "host:0", "host:", ":80", "host:http", "host"] {
         let f = Flags::parse_from(["tether", "--upstream", bad]);
-        let e = Config::from_parts(File::default(), &f).unwrap_err();
+        let e = Config::from_parts(FileConf::default(), &f).unwrap_err();
         assert_eq!(e.key, "--upstream", "{bad}: {e}");
         assert!(e.message.contains(bad), "{bad}: {e}");
         let file = parse_file(&format!("[server]\nupstream = \"{bad}\"\n")).unwrap();
@@ -571,16 +571,19 @@ fn a_bad_upstream_names_the_flag_or_the_key_it_came_from() {
         "localhost:65535",
     ] {
         let f = Flags::parse_from(["tether", "--upstream", good]);
-        assert!(Config::from_parts(File::default(), &f).is_ok(), "{good}");
+        assert!(
+            Config::from_parts(FileConf::default(), &f).is_ok(),
+            "{good}"
+        );
     }
     // A host name is looked up at start, not while the file is checked.
     let f = Flags::parse_from(["tether", "--upstream", "nosuchhost.invalid:80"]);
-    let c = Config::from_parts(File::default(), &f).unwrap();
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
     let e = c.resolve_upstream(&f).unwrap_err();
     assert_eq!(e.key, "--upstream");
     assert!(e.message.contains("nosuchhost.invalid:80"), "{e}");
     let f = Flags::parse_from(["tether", "--upstream", "127.0.0.1:9"]);
-    let c = Config::from_parts(File::default(), &f).unwrap();
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
     assert_eq!(
         c.resolve_upstream(&f).unwrap(),
         Some("127.0.0.1:9".parse().unwrap())
@@ -630,7 +633,7 @@ fn client_connection_limits_have_defaults_flags_and_checks() {
 
 #[test]
 fn body_stream_and_backend_request_limits_have_defaults_flags_variables_and_checks() {
-    let c = File::default().validate().unwrap();
+    let c = FileConf::default().validate().unwrap();
     assert_eq!(c.server.body_timeout.0, Duration::from_secs(60));
     assert_eq!(c.server.max_streams_per_connection, 100);
     assert_eq!(c.upstream_opts.max_requests, None);
@@ -699,7 +702,7 @@ fn an_https_backend_takes_its_ca_and_client_certificate_and_a_plain_one_refuses_
         "--upstream-key",
         "/k.pem",
     ]);
-    let c = Config::from_parts(File::default(), &f).unwrap();
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
     let u = c.upstream.unwrap();
     assert!(u.tls && u.port == 443 && u.host == "api.example.com");
     assert_eq!(

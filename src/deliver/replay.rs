@@ -1,6 +1,8 @@
 //! Verbatim readers: the write loop that serves a client in the upstream's own format from a
 //! run's raw record (a `from_start` rendering or a raw cursor, then the live tail), with
-//! heartbeats while idle, until the run ends. No end frame: the response just closes.
+//! heartbeats while idle, until the run ends. No end frame of tether's own: the response just
+//! closes (a run tether stopped ends with the frames its format tells a stop with, which the
+//! producer recorded: [`crate::record::format::Format::stop_frames`]).
 //!
 //! Like the protocol-1 observer, it reads by cursor and never consumes from a shared queue; any
 //! number of readers may read one run and vanish at any time.

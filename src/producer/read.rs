@@ -28,8 +28,18 @@ pub(super) struct ReadLimits {
     pub(super) idle: Duration,
 }
 
-/// Reads the live upstream to its end (or a stop), recording every batch. Returns how it ended
-/// and the legacy tee if it is still attached.
+/// How a live run's read loop ended.
+pub(super) struct ReadEnd {
+    /// Why the read ended.
+    pub(super) ending: Ending,
+    /// The legacy requester's copy, if it is still attached.
+    pub(super) tee: Option<Tee>,
+    /// That copy ends cleanly once the run has ended: the upstream ended cleanly, or a stop was
+    /// told in the format's own words ([`tell_stop`]). Otherwise it is cut.
+    pub(super) clean: bool,
+}
+
+/// Reads the live upstream to its end (or a stop), recording every batch.
 pub(super) async fn read(
     s: &mut Exchange,
     run: &Arc<Run>,
@@ -38,7 +48,7 @@ pub(super) async fn read(
     mut tee: Option<Tee>,
     started: &mut Started<'_>,
     naming: &Naming,
-) -> (Ending, Option<Tee>) {
+) -> ReadEnd {
     let registry = naming.registry();
     let mut ids = HeldIds { registry, bytes: 0 };
     let m = started.metrics;
@@ -141,6 +151,11 @@ pub(super) async fn read(
             m.unobserved_events.inc_by(appended.events as u64);
         }
     };
+    let clean = match ending {
+        Ending::Clean => true,
+        Ending::Stopped(_) => tell_stop(run, ingest, tee.as_ref(), registry),
+        Ending::Failed(_) => false,
+    };
     if ingest.finish() && ending == Ending::Clean {
         m.upstream_errors.inc(UpstreamErrorKind::Protocol);
         warn!(
@@ -148,7 +163,27 @@ pub(super) async fn read(
             run.id()
         );
     }
-    (ending, tee)
+    ReadEnd { ending, tee, clean }
+}
+
+/// A run tether stopped on purpose, told as its format tells a stop ([`Ingest::stop`]: the AI
+/// SDK's `abort`, then `[DONE]`): the frames recorded after the upstream's, so every reader of
+/// the run reads them, and queued for the legacy requester when the upstream stopped between
+/// two events. Returns whether the requester's copy (if any) may then end cleanly; false for a
+/// format with no such event, whose readers' streams are cut as before.
+fn tell_stop(run: &Run, ingest: &mut Ingest, tee: Option<&Tee>, registry: &Registry) -> bool {
+    let mut batch = Vec::new();
+    let Some(told) = ingest.stop(&mut batch) else {
+        return false;
+    };
+    if !batch.is_empty() {
+        let appended = run.append_raw(&batch, ingest.take_raw());
+        registry.add_bytes(appended.bytes);
+    }
+    match tee {
+        Some(t) => told.clean && t.send(told.bytes).is_ok(),
+        None => true,
+    }
 }
 
 /// The bytes a run's remembered ids hold (`ids = "unique"`), counted in the registry's recorded

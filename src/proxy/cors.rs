@@ -16,7 +16,7 @@
 use pingora_http::{RequestHeader, ResponseHeader};
 
 use crate::config::{match_route, Config, KeySource, Origins, Route, RouteKind, Subject};
-use crate::config::{Alias, Cors as Conf, DialectKind};
+use crate::config::{Alias, CorsSettings as Conf, DialectKind};
 use crate::dialect::durable_streams;
 
 /// The header naming the run on tether's protocol-1 streams, always exposed.

@@ -67,7 +67,7 @@ impl LazyCluster {
 
 impl Conn {
     /// The command connection to `cfg`'s Redis (multiplexed; never used for a blocking command).
-    pub(crate) fn commands(cfg: &config::Journal) -> RedisResult<Conn> {
+    pub(crate) fn commands(cfg: &config::JournalSettings) -> RedisResult<Conn> {
         if cfg.cluster {
             return Ok(Conn::Cluster(LazyCluster::new(
                 cluster_builder(cfg)?.build()?,
@@ -82,7 +82,10 @@ impl Conn {
 
     /// The push connection: RESP3, every message of the channels it subscribes handed to `push`
     /// where it arrives, subscriptions renewed after a reconnect.
-    pub(crate) fn pushes(cfg: &config::Journal, push: impl AsyncPushSender) -> RedisResult<Conn> {
+    pub(crate) fn pushes(
+        cfg: &config::JournalSettings,
+        push: impl AsyncPushSender,
+    ) -> RedisResult<Conn> {
         if cfg.cluster {
             let client = cluster_builder(cfg)?
                 .use_protocol(ProtocolVersion::RESP3)
@@ -146,7 +149,7 @@ impl Conn {
 /// sends, and returns each command's answer in `p`'s order, a failed command's error at its
 /// place. For tests against a real Redis; the journal itself never calls it.
 pub async fn pipeline_answers(
-    cfg: &config::Journal,
+    cfg: &config::JournalSettings,
     p: &Pipeline,
 ) -> RedisResult<Vec<RedisResult<Value>>> {
     let mut p = p.clone();
@@ -166,7 +169,7 @@ fn manager_config() -> ConnectionManagerConfig {
 
 /// The cluster client's settings, the same as [`manager_config`]'s, on the seed nodes (over TLS
 /// with the configured certificates for `rediss://` seeds).
-fn cluster_builder(cfg: &config::Journal) -> RedisResult<ClusterClientBuilder> {
+fn cluster_builder(cfg: &config::JournalSettings) -> RedisResult<ClusterClientBuilder> {
     let builder = ClusterClientBuilder::new(cfg.nodes.iter().map(String::as_str))
         .connection_timeout(CONNECT_TIMEOUT)
         .response_timeout(CALL_TIMEOUT)
@@ -179,7 +182,10 @@ fn cluster_builder(cfg: &config::Journal) -> RedisResult<ClusterClientBuilder> {
 }
 
 /// A client of one server: over TLS with the configured certificates for `rediss://`.
-fn client(cfg: &config::Journal, info: impl IntoConnectionInfo) -> RedisResult<redis::Client> {
+fn client(
+    cfg: &config::JournalSettings,
+    info: impl IntoConnectionInfo,
+) -> RedisResult<redis::Client> {
     match &cfg.tls {
         Some(tls) => redis::Client::build_with_tls(info, certificates(tls)?),
         None => redis::Client::open(info),

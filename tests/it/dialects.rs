@@ -14,4 +14,5 @@ mod igraph;
 mod langgraph;
 mod openai_responses;
 mod preview_agents;
+mod stops;
 mod workflows;

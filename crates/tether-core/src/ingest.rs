@@ -39,6 +39,16 @@ pub struct Fed {
     pub over_budget: Option<usize>,
 }
 
+/// The frames that tell a stopped run's readers it was stopped (see [`Ingest::stop`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopFrames {
+    /// The frames' bytes, for a reader of the upstream's own bytes (a legacy requester).
+    pub bytes: Bytes,
+    /// The upstream stopped between two events, so such a reader can be given these bytes and
+    /// a clean end. Otherwise its stream is cut: an event it has begun cannot be ended cleanly.
+    pub clean: bool,
+}
+
 /// The decided end of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Verdict {
@@ -208,6 +218,24 @@ impl Ingest {
         }
         self.events += batch.len() as u64;
         fed
+    }
+
+    /// Ends a stopped run's record as its format ends a stream its own server stopped
+    /// ([`Format::stop_frames`]): an unfinished upstream event is dropped, then the frames are
+    /// decoded and classified into `batch` (cleared first), their raw frames kept like the
+    /// upstream's ([`Self::take_raw`]); they are not counted as upstream bytes. `None`, with
+    /// nothing fed, when the run's format (known by now, or never) has no such frames.
+    pub fn stop(&mut self, batch: &mut Vec<Event>) -> Option<StopFrames> {
+        let frames = self.format?.stop_frames()?;
+        let clean = self.decoder.at_boundary();
+        if !clean {
+            self.decoder.finish();
+        }
+        let bytes = Bytes::from_static(frames);
+        let upstream = self.bytes;
+        self.feed(&bytes, batch);
+        self.bytes = upstream;
+        Some(StopFrames { bytes, clean })
     }
 
     /// Ends decoding (nothing is fed after it) and lets the remembered ids go; true when the

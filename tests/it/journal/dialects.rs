@@ -1,7 +1,8 @@
 //! Verbatim dialects through the other replica: a run recorded on A, resumed on B by the
 //! client's own cursor (injected `Last-Event-ID`, `frame_index` with a resume token minted on
 //! A, a run found by its upstream alias, an id tether made unique inside a burst of one upstream
-//! id), byte for byte what A would send.
+//! id), byte for byte what A would send; an AI SDK run stopped through B ends with the SDK's
+//! `abort` and a clean end for its requester on A and a resume on B.
 
 use bytes::Bytes;
 use serde_json::json;
@@ -401,4 +402,55 @@ async fn a_durable_stream_of_a_turn_on_one_replica_is_read_live_on_the_other() {
     assert_eq!(end["type"], "STREAM_END");
     assert_eq!(end["persisted"], true);
     drop(r);
+}
+
+/// The frames a stopped AI SDK run ends with, as the SDK's own server writes them.
+const ABORT_DONE: &str = "data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_on_the_other_replica_is_told_as_an_abort_to_the_requester_and_to_a_resume_there() {
+    let redis = RedisServer::start();
+    let mut events = vec![
+        json!({"type":"start","messageId":"m1"}),
+        json!({"type":"text-start","id":"t1"}),
+    ];
+    events.extend((0..6).map(|i| json!({"type":"text-delta","id":"t1","delta":format!("w{i} ")})));
+    let mut all: Vec<Bytes> = events
+        .iter()
+        .map(|e| frame(None, None, &e.to_string()))
+        .collect();
+    all.push(frame(None, None, "[DONE]"));
+    let gate = Gate::default();
+    let (f, g) = (all.clone(), gate.clone());
+    let be = backend(move |_| held(&f, 4, &g)).await;
+    let profile = include_str!("../../../conf/profiles/ai-sdk.toml");
+    let a = replica(be.addr, &redis, "a", profile).await;
+    let b = replica(be.addr, &redis, "b", profile).await;
+    let mut r = post(a.addr, "/api/chat", &json!({"id": "c", "messages": []})).await;
+    assert_eq!(r.status, 200);
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(r.block().await.expect("a frame of the turn"));
+    }
+    assert_eq!(concat(&got), concat(&all[..4]));
+    journaled(&redis, 1, 1).await;
+
+    // Another tab, on B: the chat's turn from its start, then live through the journal.
+    let mut again = request(b.addr, "GET", "/api/chat/c/stream", &[], b"").await;
+    assert_eq!(again.status, 200);
+    again.block().await.expect("the history");
+    let mut stop = request(b.addr, "POST", "/api/chat/c/stop", &[], b"").await;
+    assert_eq!(stop.status, 200);
+    stop.body_to_end().await;
+
+    let rest = r.body_to_end().await;
+    assert!(r.ended, "the requester's stream ended cleanly");
+    assert_eq!(std::str::from_utf8(&rest).unwrap(), ABORT_DONE);
+    let tail = again.body_to_end().await;
+    assert!(again.ended, "the resume on B ended cleanly");
+    assert!(
+        std::str::from_utf8(&tail).unwrap().ends_with(ABORT_DONE),
+        "{tail:?}"
+    );
+    gate.open();
 }

@@ -370,3 +370,37 @@ fn the_remembered_ids_are_held_bytes_until_the_read_ends() {
     i.finish();
     assert_eq!(i.held_bytes(), 0);
 }
+
+#[test]
+fn a_stopped_ai_sdk_run_ends_with_abort_and_done_and_says_whether_its_bytes_ended_cleanly() {
+    use crate::record::format::ai_sdk::{AiSdk, STOP_FRAMES};
+    let text = b"data: {\"type\":\"text-delta\",\"id\":\"t\",\"delta\":\"a\"}\n\n";
+    for (tail, clean) in [(&b""[..], true), (&b"data: {\"type\":\"text-de"[..], false)] {
+        let mut i = Ingest::new(Some(&AiSdk), Commit::Eof, 1024).keep_raw(None);
+        let mut chunk = text.to_vec();
+        chunk.extend_from_slice(tail);
+        i.feed(&Bytes::from(chunk), &mut Vec::new());
+        let _ = i.take_raw();
+        let bytes = i.bytes();
+        let mut batch = Vec::new();
+        let told = i.stop(&mut batch).expect("the AI SDK tells a stop");
+        assert_eq!((&told.bytes[..], told.clean), (STOP_FRAMES, clean));
+        // The unfinished delta is dropped; the abort chunk, then [DONE] (RAW), are recorded.
+        let types: Vec<&[u8]> = batch.iter().map(|e| e.ty()).collect();
+        assert_eq!(types, [&b"abort"[..], b"RAW"]);
+        assert!(batch[1].terminal);
+        let raw: Vec<Bytes> = i.take_raw().into_iter().map(|f| f.bytes).collect();
+        assert_eq!(raw.concat(), STOP_FRAMES);
+        assert_eq!(i.bytes(), bytes, "not counted as upstream bytes");
+        assert!(!i.finish(), "nothing unfinished is left");
+        let v = i.verdict(Ending::Stopped(EndReason::Cancelled));
+        assert_eq!((v.persisted, v.reason), (false, Some(EndReason::Cancelled)));
+    }
+    // A format without a stop event, or a stream whose format is still unknown: nothing.
+    let mut i = ingest(Commit::Eof);
+    feed(&mut i, b"data: {\"type\":\"RUN_STARTED\"}\n\n");
+    let mut batch = Vec::new();
+    assert_eq!(i.stop(&mut batch), None);
+    assert_eq!(Ingest::new(None, Commit::Eof, 1024).stop(&mut batch), None);
+    assert!(batch.is_empty());
+}

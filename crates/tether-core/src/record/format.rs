@@ -233,6 +233,16 @@ pub trait Format: Send + Sync + Debug {
     /// Classifies one decoded SSE event. Runs once per upstream event on the producer's task;
     /// must not fail: data it cannot read is kept verbatim (a JSON object) or wrapped as `RAW`.
     fn classify(&self, sse: &SseEvent) -> Event;
+
+    /// The SSE frames that end a stream the format's own server stopped on purpose (its
+    /// client shows a stopped answer, not an error), when the format has such an event. Runs
+    /// once, when tether stops a run (a stop route, `max_run_duration`, the abandon timer, a
+    /// drain): the frames are recorded after the upstream's, and a reader of the upstream's
+    /// own bytes gets them and a clean end instead of a cut. Default: none (readers' streams
+    /// are cut, as the upstream's was).
+    fn stop_frames(&self) -> Option<&'static [u8]> {
+        None
+    }
 }
 
 impl Event {

@@ -227,6 +227,18 @@ impl Decoder {
         }
     }
 
+    /// Whether the bytes decoded so far end between two events: no line, field or event is
+    /// unfinished, so that a reader of those same bytes dispatches nothing more from them and
+    /// bytes appended now start an event of their own.
+    pub fn at_boundary(&self) -> bool {
+        !self.line_nonempty
+            && !self.discarding
+            && self.data_lines == 0
+            && self.event_type.is_none()
+            && self.bom_matched.is_none_or(|m| m == 0)
+            && self.raw.as_ref().is_none_or(|r| r.is_empty())
+    }
+
     /// Ends the stream. An event without its blank line is discarded, never dispatched; returns
     /// whether one was pending.
     pub fn finish(&mut self) -> bool {

@@ -11,7 +11,9 @@
 //! `start-step`, `finish-step`, `reset-step`, `data-*`, tool states, metadata, …).
 //!
 //! Ends: `finish` is the finish marker, `[DONE]` (a `RAW` event) the terminal event; a turn is
-//! complete only when `finish` came before `[DONE]`. An `error` chunk marks the turn failed.
+//! complete only when `finish` came before `[DONE]`. An `error` chunk marks the turn failed. A
+//! run tether stops ends as the SDK's server ends a stopped stream: `abort`, then `[DONE]`
+//! ([`STOP_FRAMES`]).
 
 use std::ops::Range;
 
@@ -72,6 +74,14 @@ pub const CHUNK_TYPES: &[&[u8]] = &[
     b"custom",
 ];
 
+/// How the SDK's own server ends a stream it stopped (`streamText` whose `abortSignal` fired,
+/// piped with `pipeUIMessageStreamToResponse` or `toUIMessageStreamResponse`): an `abort`
+/// chunk, then `[DONE]` as the stream closes, then a clean end of the body. `useChat` then ends
+/// the turn `ready` with the answer so far, where a cut body is its `error` ("network error").
+/// The chunk carries no `reason`: AI SDK 7 writes one (the abort signal's message) and accepts
+/// it missing, as AI SDK 5 writes and reads it.
+pub const STOP_FRAMES: &[u8] = b"data: {\"type\":\"abort\"}\n\ndata: [DONE]\n\n";
+
 /// The AI SDK UI message stream format.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AiSdk;
@@ -99,6 +109,11 @@ impl Format for AiSdk {
 
     fn needs_finish(&self) -> bool {
         true
+    }
+
+    /// [`STOP_FRAMES`].
+    fn stop_frames(&self) -> Option<&'static [u8]> {
+        Some(STOP_FRAMES)
     }
 
     fn classify(&self, sse: &SseEvent) -> Event {

@@ -466,3 +466,33 @@ fn no_raw_frame_for_an_oversized_event_or_without_keep_raw() {
     plain.feed(&Bytes::from_static(b"data: ok\n\n"), &mut out);
     assert_eq!(plain.take_raw().count(), 0);
 }
+
+#[test]
+fn at_a_boundary_only_between_two_events_at_every_split() {
+    let stream = b"event: a\r\ndata: {\"k\":1}\r\n\r\n: note\nretry: 5\n\ndata: b\n\n";
+    // The start, and after a blank line (its CR already ends it), a comment or a `retry`
+    // line; nowhere else.
+    let ends = [0, 26, 27, 34, 43, 44, stream.len()];
+    for keep_raw in [false, true] {
+        for cut in 0..=stream.len() {
+            let mut d = Decoder::new(1 << 10);
+            if keep_raw {
+                d = d.keep_raw();
+            }
+            d.feed(&Bytes::copy_from_slice(&stream[..cut]), &mut Vec::new());
+            let _ = d.take_raw();
+            assert_eq!(d.at_boundary(), ends.contains(&cut), "cut at {cut}");
+        }
+    }
+    // Inside a byte-order mark, and inside an event dropped for its size.
+    let mut d = Decoder::new(4);
+    d.feed(&Bytes::from_static(b"\xEF\xBB"), &mut Vec::new());
+    assert!(!d.at_boundary());
+    d.feed(
+        &Bytes::from_static(b"\xBFdata: 0123456789\n"),
+        &mut Vec::new(),
+    );
+    assert!(!d.at_boundary());
+    d.feed(&Bytes::from_static(b"\n"), &mut Vec::new());
+    assert!(d.at_boundary());
+}
