@@ -1,20 +1,29 @@
-//! The Pingora `ProxyHttp` adapter: matches a route and hands the request to the record, attach
-//! or control handlers (`proxy/record.rs`, `proxy/attach.rs`, `proxy/control.rs`), or to
-//! Pingora's own streaming pass-through. What the handlers do with a session is in
-//! `proxy/session.rs`; the files tether serves itself (the browser client, the demo page) are in
-//! `proxy/assets.rs`.
+//! The Pingora `ProxyHttp` adapter: matches a route and hands the request to its route file, or
+//! to Pingora's own streaming pass-through.
+//!
+//! Calls go one way: [`ProxyHttp::request_filter`] dispatches each route kind to the one file that
+//! serves it (`record` with its `record/retry`, `attach`, `resume`, `durable` for the Durable
+//! Streams dialect, `stop`, `status`, `annotate`); a route file calls no other route file, only
+//! the shared files below them: `request` (reading a request's keys and a turn's body, once),
+//! `serve` (serving a run to a reader), `turn` (running a turn upstream), `session` (the Pingora
+//! session: bodies, whole answers, relays), `shared`, `cors`, `deadline`, and `assets` (the files
+//! tether serves itself). How a caller's chat and run are found is [`crate::chats`]'s.
 
+mod annotate;
 mod assets;
 mod attach;
-mod control;
 mod cors;
 pub mod deadline;
 mod durable;
 mod record;
+mod request;
 mod resume;
-mod retry;
+mod serve;
 mod session;
 mod shared;
+mod status;
+mod stop;
+mod turn;
 
 use std::sync::Arc;
 
@@ -25,7 +34,7 @@ use pingora_http::RequestHeader;
 use pingora_proxy::{ProxyHttp, Session};
 
 use crate::backend::slots::Slot;
-use crate::config::{match_route, Captures, Route, RouteKind};
+use crate::config::{match_route, Captures, DialectKind, Route, RouteKind};
 use crate::error::{ApiError, Code};
 pub use assets::CLIENT_PATH;
 pub use cors::Cors;
@@ -155,7 +164,12 @@ impl ProxyHttp for Sidecar {
             RouteKind::Stop => self.stop(session, &m).await,
             RouteKind::Status => self.status(session, &m).await,
             RouteKind::Annotate => self.annotate(session, &m).await,
-            RouteKind::Resume => self.resume(session, &m).await,
+            RouteKind::Resume => match &route.resume {
+                Some(r) if r.dialect == DialectKind::DurableStreams => {
+                    self.durable(session, &m).await
+                }
+                _ => self.resume(session, &m).await,
+            },
         };
         finish(session, cors, handled).await
     }

@@ -1,5 +1,5 @@
-//! Durable Streams routes (`dialect = "durable_streams"`): a run, or the chat's current run, as
-//! a read-only Durable Stream. Finds the run (an offset names its own), then answers `HEAD`, a
+//! Durable Streams routes (resume routes with `dialect = "durable_streams"`): a run, or the
+//! chat's current run, as a read-only Durable Stream. Finds the run (an offset names its own), then answers `HEAD`, a
 //! catch-up read, a long-poll or an SSE read; writes are `405`.
 
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 use rand::Rng;
 
-use super::resume::{lookup, sse_header};
+use super::request::{name, with_parts};
+use super::serve::{room_for_reader, sse_header};
 use super::session::{header_value, Handled, Reply, SessionSink};
 use super::{Matched, Sidecar};
 use crate::chats::{Name, Owner};
@@ -18,7 +19,6 @@ use crate::deliver::durable::{self, Chunk, Miss, SseOptions};
 use crate::dialect::durable_streams::{self as ds, header, From, Live, ReadRequest};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
-use crate::request::Parts;
 use crate::state::run::Run;
 use crate::vocab::kinds::DialectKind;
 
@@ -101,15 +101,7 @@ impl Sidecar {
         owner: Owner,
     ) -> Result<Option<Arc<Run>>, ApiError> {
         let chats = &self.shared.chats;
-        let name = {
-            let header = |h: &str| header_value(session, h);
-            let parts = Parts {
-                captures: &m.captures,
-                query: session.req_header().uri.query(),
-                header: &header,
-            };
-            lookup(m.route, &parts, None)?
-        };
+        let name = with_parts(session, m, |parts| name(m.route, parts, None))?;
         let named = match &req.from {
             From::At { run, .. } => Some(run.clone()),
             _ => None,
@@ -208,7 +200,7 @@ impl Sidecar {
         after: u64,
     ) -> Handled {
         let s = &self.shared;
-        self.room_for_reader(run)?;
+        room_for_reader(s, run)?;
         // Check the offset before the `200` goes out.
         self.chunk(run, after)?;
         let mut h = sse_header()?;

@@ -1,8 +1,7 @@
-//! A Pingora session as the handlers use it: reading a capped body, writing whole responses and
-//! SSE heads, one [`relay`] for every answer passed through chunk by chunk, forwarding a request
-//! tether does not record, and serving an observer.
+//! A Pingora session as the handlers use it: reading a capped body, writing whole responses, one
+//! [`relay`] for every answer passed through chunk by chunk, forwarding a request tether does not
+//! record, and the error answers several routes give.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -14,14 +13,11 @@ use pingora_proxy::Session;
 use super::cors::Cors;
 use super::shared::Shared;
 use crate::backend::{relayed, Exchange};
-use crate::deliver::observer::{self, ClientGone, Sink};
+use crate::deliver::observer::{ClientGone, Sink};
 use crate::error::{ApiError, Code};
 use crate::metrics::downstream::TimeoutKind;
 use crate::producer::{StreamCut, TeeReader};
 use crate::stall::Stall;
-use crate::state::attach_policy::Start;
-use crate::state::run::{ObserverGuard, Run};
-use crate::vocab::RunId;
 
 /// How a handled request ended, for the adapter. Errors are [`ApiError`]s beside it.
 pub(crate) enum Reply {
@@ -136,31 +132,6 @@ async fn respond_file(session: &mut Session, cors: &Cors, f: FileReply) -> Resul
         session.write_response_body(Some(f.body), true).await?;
     }
     Ok(())
-}
-
-/// Starts a protocol-1 stream, with `cors`'s headers; false when the client is gone.
-pub(crate) async fn write_sse_header(session: &mut Session, cors: &Cors, run_id: &RunId) -> bool {
-    let header = || -> Result<ResponseHeader> {
-        // Kept by Pingora for the whole stream: no case map (the names are lower case anyway),
-        // and room for the `date` and `connection` headers Pingora adds.
-        let mut h = ResponseHeader::build_no_case(200, Some(7))?;
-        h.insert_header("content-type", "text/event-stream")?;
-        h.insert_header("cache-control", "no-cache")?;
-        h.insert_header("transfer-encoding", "chunked")?;
-        h.insert_header("x-accel-buffering", "no")?;
-        h.insert_header("x-tether-run-id", run_id.as_str())?;
-        Ok(h)
-    };
-    match header() {
-        Ok(mut h) => {
-            cors.own(session.req_header(), &mut h);
-            session
-                .write_response_header(Box::new(h), false)
-                .await
-                .is_ok()
-        }
-        Err(_) => false,
-    }
 }
 
 /// Reads the whole request body, up to the route's cap (`[recorder] max_body_bytes`; over it:
@@ -461,27 +432,6 @@ async fn forward(
     ))
 }
 
-/// Serves `run` to this client as an observer, then ends the response.
-pub(crate) async fn observe(
-    s: &Shared,
-    session: &mut Session,
-    run: &Arc<Run>,
-    start: Start,
-    guard: Option<ObserverGuard>,
-) -> Reply {
-    // Counted by the drain until this observer has written its end or left.
-    let _tracked = s.observers.token();
-    let opts = observer::Options {
-        heartbeat: s.cfg.server.heartbeat.0,
-    };
-    let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
-    let outcome = observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
-    match outcome {
-        observer::Exit::Ended if sink.finish().await => Reply::Done,
-        _ => Reply::Abort,
-    }
-}
-
 /// The 503 answered when `[upstream] max_requests` requests hold backend connections.
 pub(crate) fn at_capacity(s: &Shared) -> ApiError {
     debug!(
@@ -503,4 +453,9 @@ pub(crate) fn unreachable() -> ApiError {
         Code::UpstreamUnreachable,
         "the backend could not be reached",
     )
+}
+
+/// The 404 answered for a chat with no such run (also what another owner's chat gets).
+pub(crate) fn no_run() -> ApiError {
+    ApiError::new(Code::NoRun, "the chat has no such run")
 }

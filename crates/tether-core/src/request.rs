@@ -276,13 +276,19 @@ pub fn chat_id(
     chat_id_value(v.as_ref(), source.label())
 }
 
+/// A record request's body as a record route reads it: a JSON object when it is not empty or
+/// the chat id is in it, else none (a `body:<field>` source then reads the query).
+pub fn record_body(from: &KeySource, body: &[u8]) -> Result<Option<Map<String, Value>>, ApiError> {
+    match (from, body.is_empty()) {
+        (KeySource::Json { .. }, _) | (_, false) => Ok(Some(json_object(body)?)),
+        _ => Ok(None),
+    }
+}
+
 /// Parses a record request. The chat id comes from where the route says; a non-empty body must
 /// be a JSON object (it is read for `"protocol": 1`).
 pub fn record(from: &KeySource, body: &[u8], parts: &Parts<'_>) -> Result<RecordRequest, ApiError> {
-    let map = match (from, body.is_empty()) {
-        (KeySource::Json { .. }, _) | (_, false) => Some(json_object(body)?),
-        _ => None,
-    };
+    let map = record_body(from, body)?;
     let chat_id = chat_id(from, parts, map.as_ref())?;
     let protocol1 = match &map {
         Some(m) => protocol1(m)?,

@@ -1,4 +1,6 @@
-//! Control routes: stop a run, report a chat's run status, and record resolution events.
+//! Stop routes: stop the run a request names (by the chat, by id or alias, or by the cancel
+//! request id of an earlier stop) by aborting its upstream request, optionally tell the backend
+//! too, and answer once the producer has stopped (or after a short wait).
 //!
 //! Every lookup is scoped by the caller's owner, so a request about another caller's chat gets
 //! exactly the answer an unknown chat gets.
@@ -6,18 +8,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use log::{info, warn};
+use log::warn;
 use pingora_proxy::Session;
 use serde_json::json;
 
-use super::resume::{first_key, run_key};
-use super::session::{forward_unrecorded, header_value, read_body, Handled, Reply};
+use super::request::{first_key, run_key, with_parts};
+use super::session::{no_run, read_body, Handled, Reply};
 use super::{Matched, Sidecar};
-use crate::chats::{Name, StopTarget};
+use crate::chats::StopTarget;
 use crate::config::{Answer, Route};
-use crate::error::{ApiError, Code};
-use crate::record::format::{agui::Agui, Format};
-use crate::record::sse::SseEvent;
+use crate::error::ApiError;
 use crate::request::{self, Parts};
 use crate::stall::Stall;
 use crate::state::run::Run;
@@ -25,11 +25,6 @@ use crate::vocab::end::EndReason;
 
 /// How long a stop waits for the producer before answering 202.
 const STOP_WAIT: Duration = Duration::from_secs(2);
-
-/// The answer for a chat with no such run (also what another owner's chat gets).
-fn no_run() -> ApiError {
-    ApiError::new(Code::NoRun, "the chat has no such run")
-}
 
 /// Waits until `run`'s producer has stopped, or `limit` passes; returns whether it stopped.
 async fn stopped(run: &Run, limit: Duration) -> bool {
@@ -81,15 +76,7 @@ impl Sidecar {
             Ok(b) => b,
             Err(e) => return e.into(),
         };
-        let target = {
-            let header = |h: &str| header_value(session, h);
-            let parts = Parts {
-                captures: &m.captures,
-                query: session.req_header().uri.query(),
-                header: &header,
-            };
-            stop_target(route, &parts, &body)?
-        };
+        let target = with_parts(session, m, |parts| stop_target(route, parts, &body))?;
         let found = s
             .chats
             .stop_target(owner, &target)
@@ -139,91 +126,5 @@ impl Sidecar {
                 }
             }
         });
-    }
-
-    /// `kind = "status"`: the chat's current run, or 204.
-    pub(crate) async fn status(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
-        let s = &self.shared;
-        let owner = s.chats.owner(&session.req_header().headers)?;
-        let name = {
-            let header = |h: &str| header_value(session, h);
-            let parts = Parts {
-                captures: &m.captures,
-                query: session.req_header().uri.query(),
-                header: &header,
-            };
-            match m.route.run.is_empty() {
-                true => Some(Name::Chat(request::status(&m.route.chat_id, &parts)?)),
-                false => run_key(&m.route.run, &parts, None)?.map(Name::Run),
-            }
-        };
-        let run = match &name {
-            Some(name) => s.chats.lookup(owner, name).await.map(|f| f.run),
-            None => None,
-        };
-        let named = match name {
-            Some(Name::Run(id)) => Some(id),
-            _ => None,
-        };
-        let Some(run) = run else {
-            return match m.route.answer {
-                Answer::Igraph => Err(no_run()),
-                _ => Ok(Reply::Json(204, None)),
-            };
-        };
-        let end = run.end();
-        if m.route.answer == Answer::Igraph {
-            let stopped = !run.is_producing();
-            let persisted = end.as_ref().is_some_and(|e| e.persisted);
-            let v = json!({
-                "run_id": named.unwrap_or_else(|| run.id().clone()),
-                "status": match (&end, stopped) {
-                    (None, _) | (Some(_), false) => "running",
-                    (Some(e), true) if e.persisted => "completed",
-                    (Some(e), true) if e.reason == Some(EndReason::Cancelled) => "cancelled",
-                    (Some(_), true) => "failed",
-                },
-                "execution_stopped": stopped,
-                "terminal_persisted": persisted,
-                "can_send": stopped,
-            });
-            return Ok(Reply::Json(200, Some(v)));
-        }
-        let v = json!({
-            "run_id": run.id(),
-            "status": if end.is_none() { "running" } else { "completed" },
-            "seq": run.head(),
-            "persisted": end.as_ref().is_some_and(|e| e.persisted),
-            "superseded": end.as_ref().is_some_and(|e| e.superseded),
-        });
-        Ok(Reply::Json(200, Some(v)))
-    }
-
-    /// `kind = "annotate"`: forward, and on a 2xx answer append the request body (which must be
-    /// JSON) to the chat's active run as a `CUSTOM` event named `tether.resolution`.
-    pub(crate) async fn annotate(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
-        let s = &self.shared;
-        let (owner, body, req) = match self.read_turn(session, m).await {
-            Ok(t) => t,
-            Err(h) => return h,
-        };
-        let event = request::resolution(&body)?;
-        let (status, reply) = forward_unrecorded(s, session, body).await?;
-        if !(200..300).contains(&status) {
-            return Ok(reply);
-        }
-        let current = s.chats.chat(owner, &req.chat_id).current_here();
-        let Some(run) = current.map(|f| f.run).filter(|r| r.end().is_none()) else {
-            return Ok(reply);
-        };
-        let event = Agui.classify(&SseEvent {
-            event: None,
-            data: Bytes::from(event),
-            id: None,
-        });
-        let appended = run.append(&[event]);
-        s.chats.add_bytes(appended.bytes);
-        info!("run {}: resolution recorded", run.id());
-        Ok(reply)
     }
 }

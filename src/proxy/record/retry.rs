@@ -7,15 +7,16 @@ use std::sync::Arc;
 use log::info;
 use pingora_proxy::Session;
 
-use super::resume::Reader;
-use super::session::{observe, write_sse_header, Handled, Reply};
-use super::Sidecar;
+use super::busy;
 use crate::chats::{ByKey, Chat, IdempotencyKey, Owner};
 use crate::config::{Ids, Route};
 use crate::dialect::Plan;
 use crate::error::{ApiError, Code};
+use crate::proxy::serve::{observe, serve_verbatim, write_sse_header, Reader, Verbatim};
+use crate::proxy::session::{Handled, Reply};
+use crate::proxy::Sidecar;
 use crate::state::attach_policy::Start;
-use crate::state::registry::{Admission, Busy, Pending};
+use crate::state::registry::{Admission, Pending};
 use crate::state::run::Run;
 use crate::vocab::RunId;
 
@@ -30,30 +31,31 @@ fn reused(first: RunId) -> ApiError {
 }
 
 /// A record request's idempotency key, and how its requester reads.
-pub(crate) struct Retry {
-    pub(crate) key: IdempotencyKey,
+pub(super) struct Retry<'a> {
+    /// The key, with its request body's hash.
+    pub(super) key: &'a IdempotencyKey,
     /// The requester reads the upstream bytes unchanged (not protocol 1).
-    pub(crate) legacy: bool,
+    pub(super) legacy: bool,
 }
 
 impl Sidecar {
-    /// Registers a record request that carries an idempotency key, as
-    /// [`Chat::register`] does, unless the key names a run of the chat: then the request is
+    /// Registers a record request that carries an idempotency key, as [`Chat::register`] does,
+    /// unless the key names a run of the chat: then the request is
     /// answered from that run (`Err` holds the answer). A key whose first request still waits
     /// for the backend's answer waits with it, up to `[recorder] max_wait`.
-    pub(crate) async fn register_retry(
+    pub(super) async fn register_retry(
         &self,
         session: &mut Session,
         route: &Route,
         chat: &Chat<'_>,
         run_id: &RunId,
         admit: Admission,
-        retry: Retry,
+        retry: Retry<'_>,
     ) -> Result<Pending, Handled> {
         let s = &self.shared;
         let wait = s.cfg.recorder.max_wait.0;
         let owner = chat.owner();
-        match chat.register_keyed(run_id, admit, &retry.key, wait).await {
+        match chat.register_keyed(run_id, admit, retry.key, wait).await {
             Ok(ByKey::New(p)) => Ok(p),
             Ok(ByKey::Join(run)) => {
                 Err(self.join(session, route, &run, &owner, retry.legacy).await)
@@ -68,16 +70,7 @@ impl Sidecar {
                 e.run_id = Some(first);
                 Err(Err(e))
             }
-            Err(busy) => {
-                let mut e = ApiError::new(
-                    Code::TurnAlreadyRunning,
-                    "this chat already has a turn running",
-                );
-                if let Busy::Running(active) = busy {
-                    e.run_id = Some(active);
-                }
-                Err(Err(e))
-            }
+            Err(b) => Err(Err(busy(b))),
         }
     }
 
@@ -108,17 +101,12 @@ impl Sidecar {
         );
         if legacy {
             // Counted as a join (above), not as an attach, as a protocol-1 join is.
-            let inject = route.ids == Ids::Inject;
-            return self
-                .serve_verbatim(
-                    session,
-                    run,
-                    Plan::From(0),
-                    Reader::Requester,
-                    inject,
-                    owner,
-                )
-                .await;
+            let read = Verbatim {
+                plan: Plan::From(0),
+                reader: Reader::Requester,
+                inject_ids: route.ids == Ids::Inject,
+            };
+            return serve_verbatim(s, session, run, read, owner).await;
         }
         if !write_sse_header(session, &s.cors, run.id()).await {
             return Ok(Reply::Abort);

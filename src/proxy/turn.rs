@@ -1,0 +1,135 @@
+//! Running a turn upstream, for the routes that start one (a record request, an attach that
+//! records on a miss): hand the registered turn to a producer and answer the requester from
+//! what the producer reports (protocol-1 frames, the upstream bytes unchanged for a legacy
+//! client, the raw record with ids added or made unique, or the upstream's own non-SSE answer).
+
+use bytes::Bytes;
+use pingora_proxy::Session;
+
+use super::serve::{add_token_headers, observe, serve_verbatim, write_sse_header};
+use super::serve::{Reader, Verbatim};
+use super::session::{at_capacity, relay, relay_upstream, unreachable, Handled, Reply, Source};
+use super::shared::Shared;
+use crate::backend::slots::Slot;
+use crate::config::{Ids, Route};
+use crate::dialect::Plan;
+use crate::producer::{self, Head, Job, Rules};
+use crate::state::attach_policy::Start;
+use crate::state::registry::Pending;
+use crate::vocab::RunId;
+
+/// A turn ready to forward: its registration, run id, body, and how its requester reads it.
+pub(crate) struct Turn {
+    /// The chat's pending registration.
+    pub(crate) pending: Pending,
+    /// The run id minted for it.
+    pub(crate) run_id: RunId,
+    /// The request body.
+    pub(crate) body: Bytes,
+    /// The requester reads the upstream bytes unchanged (not protocol 1).
+    pub(crate) legacy: bool,
+    /// Values of the route's `request:` aliases.
+    pub(crate) request_aliases: Vec<String>,
+    /// Index-only names of the run: its idempotency key's
+    /// ([`IdempotencyKey::names`](crate::chats::IdempotencyKey::names)).
+    pub(crate) keys: Vec<String>,
+}
+
+/// Forwards the request through a producer and answers from what it reports.
+pub(crate) async fn run_upstream(
+    s: &Shared,
+    session: &mut Session,
+    route: &Route,
+    turn: Turn,
+) -> Handled {
+    // Refused before the producer starts: the pending registration goes with it.
+    let Some(slot) = s.upstream.slot() else {
+        return Err(at_capacity(s));
+    };
+    let owner = turn.pending.owner();
+    // Injected or unique ids: the requester reads the raw record (its ids added or made
+    // unique), not the upstream bytes.
+    let from_raw = turn.legacy && route.ids != Ids::Upstream && s.cfg.raw.is_some();
+    let tee = turn.legacy && !from_raw;
+    let head = producer::spawn(&s.producers, job(s, session, route, turn, slot, tee));
+    match head.await {
+        Err(_) | Ok(Head::Failed(_)) => Err(unreachable()),
+        Ok(Head::Relay { header, upstream }) => {
+            Ok(Box::pin(relay_upstream(session, s, header, upstream)).await)
+        }
+        Ok(Head::Live {
+            run,
+            header,
+            legacy: Some(tee),
+            guard,
+        }) => {
+            // A legacy requester: the upstream bytes unchanged, attached while it reads.
+            let _attached = guard;
+            let mut header = header;
+            add_token_headers(s, &mut header, &run, &owner);
+            s.cors.own(session.req_header(), &mut header);
+            let limit = Some(s.cfg.server.write_timeout.0);
+            Ok(Box::pin(relay(session, header, &mut Source::Tee(tee), limit)).await)
+        }
+        Ok(Head::Live { run, guard, .. }) if from_raw => {
+            // The reader counts itself in from here on (an observer, not an attach).
+            drop(guard);
+            let read = Verbatim {
+                plan: Plan::From(0),
+                reader: Reader::Requester,
+                inject_ids: route.ids == Ids::Inject,
+            };
+            serve_verbatim(s, session, &run, read, &owner).await
+        }
+        Ok(Head::Live {
+            run,
+            legacy: None,
+            guard,
+            ..
+        }) => {
+            if !write_sse_header(session, &s.cors, run.id()).await {
+                return Ok(Reply::Abort);
+            }
+            Ok(observe(s, session, &run, Start::Fresh, Some(guard)).await)
+        }
+    }
+}
+
+/// The producer's job for `turn`; `tee`: the requester reads the upstream bytes unchanged.
+fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee: bool) -> Job {
+    let Turn {
+        pending,
+        run_id,
+        body,
+        legacy: _,
+        request_aliases,
+        keys,
+    } = turn;
+    let max = s.cfg.upstream_opts.max_run_duration.0;
+    Job {
+        upstream: s.upstream.clone(),
+        chats: s.chats.clone(),
+        metrics: s.metrics.clone(),
+        pending,
+        run_id,
+        route: route.path.as_str().to_string(),
+        request: session.req_header().clone(),
+        body,
+        slot,
+        rules: Rules {
+            format: route.format,
+            commit: route.commit.clone(),
+            window: s.cfg.recorder.window,
+            max_event: s.cfg.recorder.max_event_bytes,
+            raw: s.cfg.raw.clone(),
+            unique_ids: route.ids == Ids::Unique,
+            aliases: route.aliases.clone(),
+            request_aliases,
+            keys,
+            tokens: route.tokens.clone(),
+        },
+        budget: s.budget.clone(),
+        max_duration: (!max.is_zero()).then_some(max),
+        legacy: tee.then_some(s.cfg.limits.max_client_buffer_bytes),
+    }
+}
