@@ -7,7 +7,7 @@
 //! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
 //! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
 //! verdict) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
-//! [`crate::chats`] (which chooses the in-memory or the shared journal); [`aliases`] says where
+//! [`crate::chats`] (which chooses the in-memory or the shared journal); `aliases` says where
 //! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy.
 
 mod aliases;
