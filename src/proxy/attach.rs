@@ -120,7 +120,9 @@ impl Sidecar {
                     request_aliases: Vec::new(),
                     keys: Vec::new(),
                 };
-                return Err(run_upstream(s, session, route, turn).await);
+                // Boxed: rare, and inline it would size this future, which lives as long as
+                // the stream, for every attach.
+                return Err(Box::pin(run_upstream(s, session, route, turn)).await);
             }
             // Another attach is fetching it: wait for that run to go live.
             wait = s.cfg.recorder.max_wait.0.max(req.wait);

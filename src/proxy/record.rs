@@ -59,21 +59,22 @@ impl Sidecar {
                 "tether is shutting down; retry on another instance",
             ));
         }
-        let req = match read_turn(s, session, m).await {
-            Ok(t) => t,
-            Err(h) => return h,
+        // Only the turn outlives this block: this future lives as long as the stream.
+        let turn = {
+            let req = match read_turn(s, session, m).await {
+                Ok(t) => t,
+                Err(h) => return h,
+            };
+            let run_id = mint_run_id();
+            let key = req.key.clone().map(|k| IdempotencyKey::new(k, &req.body));
+            // Boxed: its rare branches (a resume, a retry, a full recorder) would otherwise
+            // size this future for every turn.
+            let registered = self.register(session, m, &req, &run_id, key.as_ref());
+            match Box::pin(registered).await {
+                Ok(pending) => turn(req, pending, run_id, key),
+                Err(answered) => return answered,
+            }
         };
-        let run_id = mint_run_id();
-        let key = req.key.clone().map(|k| IdempotencyKey::new(k, &req.body));
-        // Boxed: its rare branches (a resume, a retry, a full recorder) would otherwise size
-        // this future, which lives as long as the stream, for every turn.
-        let registered = Box::pin(self.register(session, m, &req, &run_id, key.as_ref())).await;
-        let pending = match registered {
-            Ok(p) => p,
-            Err(answered) => return answered,
-        };
-        // Only what the turn needs is kept: this future lives as long as the stream.
-        let turn = turn(req, pending, run_id, key);
         run_upstream(s, session, m.route, turn).await
     }
 
