@@ -207,47 +207,13 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    let cfg = match Config::load(&flags) {
+    let cfg = match checked_config(&flags) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("tether: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    // The backend's name is looked up now (and again later, see `backend::dns`): one that does
-    // not resolve at start is a bad flag.
-    if let Err(e) = cfg.resolve_upstream(&flags) {
-        eprintln!("tether: {e}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    // An HTTPS backend's CA and client certificate files are read and checked now.
-    if let Err(e) = tether::backend::tls::BackendTls::load(&cfg.upstream_opts) {
-        eprintln!("tether: [upstream]: {e}");
-        return ExitCode::from(EXIT_CONFIG);
-    }
-    // So are a TLS journal's.
-    if let Some(tls) = cfg.journal.as_ref().and_then(|j| j.tls.as_ref()) {
-        use tether::backend::tls::{certificates, private_key};
-        let checked = tls
-            .ca
-            .as_deref()
-            .map_or(Ok(()), |ca| certificates(ca).map(drop));
-        let checked = checked.and_then(|()| match &tls.client {
-            Some((cert, key)) => certificates(cert).and_then(|_| private_key(key)).map(drop),
-            None => Ok(()),
-        });
-        if let Err(e) = checked {
-            eprintln!("tether: [journal]: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    }
-    // So are the listener's certificate and key.
-    if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key) {
-        if let Err(e) = tether::server::tls::ListenerTls::load(cert, key) {
-            eprintln!("tether: [server] tls_cert/tls_key: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    }
     init_logging(flags.log_format);
     raise_open_files_limit();
     let mut rt = tokio::runtime::Builder::new_multi_thread();
@@ -261,32 +227,64 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let drain = cfg.server.drain_timeout.0;
-    let code = rt.block_on(async move {
-        let demo = DemoOptions {
-            tokens: flags.demo_tokens,
-            pace: flags.demo_pace,
-        };
-        let handle = match tether::server::start(cfg, demo).await {
-            Ok(h) => h,
-            Err(e) => {
-                eprintln!("tether: cannot listen: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        // The signal handlers are in place before the banner tells the world tether is up: a
-        // SIGHUP or SIGTERM sent as soon as it is read must not meet the default action (exit).
-        let hangup = reload_on_hangup(handle.tls());
-        let shutdown = shutdown_signal();
-        banner(&handle);
-        tokio::spawn(heap::trim_after_evictions(handle.shared.metrics.clone()));
-        tokio::spawn(hangup);
-        shutdown.await;
-        log::info!("signal received: draining for up to {:?}", drain);
-        handle.drain(drain).await;
-        ExitCode::SUCCESS
-    });
+    let demo = DemoOptions {
+        tokens: flags.demo_tokens,
+        pace: flags.demo_pace,
+    };
+    let code = rt.block_on(serve(cfg, demo));
     // Connection tasks were told to stop; do not wait long for stragglers.
     rt.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+/// The configuration, with everything that can be checked before serving checked: the flags
+/// and file, the backend's name (looked up now and again later, see `backend::dns`), and the
+/// certificate and key files of an HTTPS backend, a TLS journal and the listener. The error says
+/// which key or file is wrong.
+fn checked_config(flags: &Flags) -> Result<Config, String> {
+    let cfg = Config::load(flags).map_err(|e| e.to_string())?;
+    cfg.resolve_upstream(flags).map_err(|e| e.to_string())?;
+    tether::backend::tls::BackendTls::load(&cfg.upstream_opts)
+        .map_err(|e| format!("[upstream]: {e}"))?;
+    if let Some(tls) = cfg.journal.as_ref().and_then(|j| j.tls.as_ref()) {
+        use tether::backend::tls::{certificates, private_key};
+        let checked = tls
+            .ca
+            .as_deref()
+            .map_or(Ok(()), |ca| certificates(ca).map(drop));
+        checked
+            .and_then(|()| match &tls.client {
+                Some((cert, key)) => certificates(cert).and_then(|_| private_key(key)).map(drop),
+                None => Ok(()),
+            })
+            .map_err(|e| format!("[journal]: {e}"))?;
+    }
+    if let (Some(cert), Some(key)) = (&cfg.server.tls_cert, &cfg.server.tls_key) {
+        tether::server::tls::ListenerTls::load(cert, key)
+            .map_err(|e| format!("[server] tls_cert/tls_key: {e}"))?;
+    }
+    Ok(cfg)
+}
+
+/// Serves until SIGTERM or SIGINT, then drains for up to `[server] drain_timeout`.
+async fn serve(cfg: Config, demo: DemoOptions) -> ExitCode {
+    let drain = cfg.server.drain_timeout.0;
+    let handle = match tether::server::start(cfg, demo).await {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("tether: cannot listen: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The signal handlers are in place before the banner tells the world tether is up: a
+    // SIGHUP or SIGTERM sent as soon as it is read must not meet the default action (exit).
+    let hangup = reload_on_hangup(handle.tls());
+    let shutdown = shutdown_signal();
+    banner(&handle);
+    tokio::spawn(heap::trim_after_evictions(handle.shared.metrics.clone()));
+    tokio::spawn(hangup);
+    shutdown.await;
+    log::info!("signal received: draining for up to {:?}", drain);
+    handle.drain(drain).await;
+    ExitCode::SUCCESS
 }

@@ -72,25 +72,11 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     // One TLS crypto provider (ring) for the process, before any TLS client is made: Pingora's
     // backend connector and redis-rs's `rediss://` connections both take the default.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let pingora_conf = Arc::new(ServerConf::default());
     // The admin and demo listeners: the same deadlines, no cap, not counted.
     let small = Policy::new(&cfg);
-
     let demo = match &cfg.upstream {
         Some(_) => None,
-        None => {
-            let listener = TcpListener::bind("127.0.0.1:0").await?;
-            let addr = listener.local_addr()?;
-            let app = Arc::new(Demo::new(demo_opts));
-            tasks.push(tokio::spawn(accept_loop(
-                listener,
-                app.clone(),
-                small.clone(),
-                accept_rx.clone(),
-                accept_rx.clone(),
-            )));
-            Some((addr, app))
-        }
+        None => Some(start_demo(demo_opts, &small, &accept_rx, &mut tasks).await?),
     };
     let upstream_addr = match (&cfg.upstream, &demo) {
         (Some(u), _) => u.clone(),
@@ -103,7 +89,74 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
             port: demo.as_ref().map_or(0, |(a, _)| a.port()),
         },
     };
+    let (shared, downstream) = shared_state(cfg, &upstream_addr)?;
+    let tls = match (&shared.cfg.server.tls_cert, &shared.cfg.server.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(
+            tls::ListenerTls::load(cert, key).map_err(std::io::Error::other)?,
+        )),
+        _ => None,
+    };
+    let policy = Policy {
+        metrics: Some(downstream),
+        tls: tls.clone(),
+        ..small.clone()
+    };
+    let listeners = Listeners {
+        accept: accept_rx.clone(),
+        proxy: proxy_rx,
+    };
+    let proxy_addr = start_proxy(&shared, policy, &listeners, &mut tasks).await?;
+    let admin_addr = start_admin(&shared, small, &mut tasks).await?;
+    tasks.push(tokio::spawn(sweeper(
+        shared.chats.registry().clone(),
+        sweep_every(&shared.cfg),
+        shared.cfg.limits.abandon_after.0,
+        accept_rx,
+    )));
+    let scheme = match tls.is_some() {
+        true => "https, h2 and http/1.1",
+        false => "http/1.1",
+    };
+    info!("tether listening on {proxy_addr} ({scheme}; admin {admin_addr}) in front of {upstream_addr}");
+    Ok(Handle {
+        proxy_addr,
+        admin_addr,
+        demo,
+        shared,
+        accept_stop,
+        proxy_stop,
+        tls,
+        tasks,
+    })
+}
 
+/// The embedded demo backend, on a loopback port of its own (no upstream configured).
+async fn start_demo(
+    opts: DemoOptions,
+    small: &Policy,
+    accept_rx: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> std::io::Result<(SocketAddr, Arc<Demo>)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let app = Arc::new(Demo::new(opts));
+    tasks.push(tokio::spawn(accept_loop(
+        listener,
+        app.clone(),
+        small.clone(),
+        accept_rx.clone(),
+        accept_rx.clone(),
+    )));
+    Ok((addr, app))
+}
+
+/// The state every request shares: metrics, the registry and its eviction counts, the shared
+/// journal when one is configured, the chats room, the backend client and the buffer budget.
+/// Also returns the proxy listener's metric families.
+fn shared_state(
+    cfg: Config,
+    upstream_addr: &UpstreamUrl,
+) -> std::io::Result<(Arc<Shared>, DownstreamMetrics)> {
     let metrics = Metrics::new();
     let downstream = DownstreamMetrics::new(&metrics);
     metrics.seed_routes(
@@ -132,15 +185,15 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
             .map_err(|e| std::io::Error::other(format!("journal: {e}")))?,
         ),
     };
-    let chats = Chats::new(registry.clone(), cfg.subject.clone(), &cfg.secret, journal);
+    let chats = Chats::new(registry, cfg.subject.clone(), &cfg.secret, journal);
     let shared = Arc::new(Shared {
-        upstream: Arc::new(Upstream::new(&upstream_addr, cfg.upstream_opts.clone())?),
+        upstream: Arc::new(Upstream::new(upstream_addr, cfg.upstream_opts.clone())?),
         chats,
         budget: Budget::with_gauge(
             cfg.limits.max_buffered_bytes,
             Arc::new(GaugeMeter(metrics.buffered_bytes.clone())),
         ),
-        metrics: metrics.clone(),
+        metrics,
         downstream: downstream.clone(),
         draining: Default::default(),
         producers: TaskTracker::new(),
@@ -149,15 +202,27 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
         cors: crate::proxy::Cors::new(&cfg),
         cfg,
     });
+    Ok((shared, downstream))
+}
 
-    let tls = match (&shared.cfg.server.tls_cert, &shared.cfg.server.tls_key) {
-        (Some(cert), Some(key)) => Some(Arc::new(
-            tls::ListenerTls::load(cert, key).map_err(std::io::Error::other)?,
-        )),
-        _ => None,
-    };
+/// The proxy listener's stop signals: the drain's (`accept`: stop keeping connections alive)
+/// and the listener's own (`proxy`: stop accepting).
+struct Listeners {
+    accept: watch::Receiver<bool>,
+    proxy: watch::Receiver<bool>,
+}
+
+/// Binds the proxy listener and serves it: Pingora's proxy app (HTTP/2 options included) behind
+/// tether's front for its own routes, under the connection cap. Returns its address.
+async fn start_proxy(
+    shared: &Arc<Shared>,
+    policy: Policy,
+    stops: &Listeners,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> std::io::Result<SocketAddr> {
     let listener = listen(shared.cfg.listen).await?;
     let proxy_addr = listener.local_addr()?;
+    let pingora_conf = Arc::new(ServerConf::default());
     let mut proxy = pingora_proxy::http_proxy(&pingora_conf, Sidecar::new(shared.clone()));
     // An HTTP/2 connection with no stream open is closed after the keep-alive timeout, as an
     // idle HTTP/1.1 one is.
@@ -186,57 +251,45 @@ pub async fn start(cfg: Config, demo_opts: DemoOptions) -> std::io::Result<Handl
     );
     let policy = Policy {
         max_connections,
-        metrics: Some(downstream),
-        tls: tls.clone(),
-        ..small.clone()
+        ..policy
     };
     tasks.push(tokio::spawn(accept_loop(
         listener,
         proxy,
         policy,
-        proxy_rx,
-        accept_rx.clone(),
+        stops.proxy.clone(),
+        stops.accept.clone(),
     )));
+    Ok(proxy_addr)
+}
 
+/// Binds the admin listener and serves it; it stays up through a drain so `/readyz` can say so.
+async fn start_admin(
+    shared: &Arc<Shared>,
+    small: Policy,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> std::io::Result<SocketAddr> {
     let listener = listen(shared.cfg.admin).await?;
     let admin_addr = listener.local_addr()?;
     let admin = Arc::new(Admin::new(shared.clone()));
-    // The admin listener stays up through a drain so /readyz can say so.
-    let (_admin_stop_tx, admin_rx) = watch::channel(false);
+    let (admin_stop_tx, admin_rx) = watch::channel(false);
     tasks.push(tokio::spawn(async move {
-        let _keep = _admin_stop_tx;
+        let _keep = admin_stop_tx;
         accept_loop(listener, admin, small, admin_rx.clone(), admin_rx).await
     }));
+    Ok(admin_addr)
+}
 
-    let abandon = shared.cfg.limits.abandon_after.0;
-    let mut sweep_every = (shared.cfg.recorder.retention.0 / 4)
-        .clamp(Duration::from_millis(100), Duration::from_secs(5));
-    if !abandon.is_zero() {
-        sweep_every = sweep_every.min((abandon / 4).max(Duration::from_millis(10)));
+/// How often the sweeper runs: a quarter of the retention (100 ms to 5 s), and a quarter of
+/// `abandon_after` when that is set.
+fn sweep_every(cfg: &Config) -> Duration {
+    let abandon = cfg.limits.abandon_after.0;
+    let every =
+        (cfg.recorder.retention.0 / 4).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    match abandon.is_zero() {
+        true => every,
+        false => every.min((abandon / 4).max(Duration::from_millis(10))),
     }
-    tasks.push(tokio::spawn(sweeper(
-        registry,
-        sweep_every,
-        abandon,
-        accept_rx.clone(),
-    )));
-
-    let scheme = if tls.is_some() {
-        "https, h2 and http/1.1"
-    } else {
-        "http/1.1"
-    };
-    info!("tether listening on {proxy_addr} ({scheme}; admin {admin_addr}) in front of {upstream_addr}");
-    Ok(Handle {
-        proxy_addr,
-        admin_addr,
-        demo,
-        shared,
-        accept_stop,
-        proxy_stop,
-        tls,
-        tasks,
-    })
 }
 
 /// Every `every`: drops expired runs and stops abandoned ones (when `abandon` is set).
