@@ -477,3 +477,57 @@ fn the_producer_goes_live_through_chats_and_never_names_the_replica() {
     }
     assert!(problems.is_empty(), "\n{}\n", problems.join("\n"));
 }
+
+/// The top-level modules of the README's architecture table, in order, each with its crate
+/// column (`core` or `sidecar`): the first path segment of every module named in backticks.
+fn readme_order(readme: &str) -> Vec<(String, String)> {
+    let section = readme
+        .split("\n## Architecture\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README has an Architecture section");
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in section.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Some(krate), Some(modules)) = (cells.get(1), cells.get(3)) else {
+            continue;
+        };
+        if !matches!(*krate, "core" | "sidecar") {
+            continue;
+        }
+        for name in modules.split('`').skip(1).step_by(2) {
+            let top = name.split('/').next().unwrap_or("").to_string();
+            let entry = (krate.to_string(), top);
+            if out.last() != Some(&entry) {
+                out.push(entry);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_architecture_table_names_both_crates_layers_in_order() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(manifest.join(p)).unwrap();
+    let mut expected: Vec<(String, String)> = Vec::new();
+    for (krate, lib) in [
+        ("core", "crates/tether-core/src/lib.rs"),
+        ("sidecar", "src/lib.rs"),
+    ] {
+        expected.extend(
+            table_order(&read(lib))
+                .into_iter()
+                .map(|m| (krate.to_string(), m)),
+        );
+    }
+    let readme = readme_order(&read("README.md"));
+    assert_eq!(
+        readme, expected,
+        "README.md's architecture table and the lib.rs layer tables differ"
+    );
+    assert!(
+        !read("README.md").contains("`ls src/` is the layer table"),
+        "ls sorts alphabetically; it is not the layer table"
+    );
+}
