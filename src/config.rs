@@ -5,6 +5,7 @@
 //! reads a `TETHER_*` environment variable). [`FileConf::validate`] checks the result once at start;
 //! an invalid configuration is a [`ConfigError`] naming the key, and `main` exits with status 64.
 
+mod accounting;
 mod cors;
 mod drop_in;
 mod duration;
@@ -23,6 +24,7 @@ pub use crate::journal::DEFAULT_WINDOW;
 
 pub use crate::error::ConfigError;
 pub use crate::vocab::kinds::DialectKind;
+pub use accounting::{AccountingConf, AccountingSettings, WebhookSettings};
 pub use cors::{CorsConf, CorsSettings, Origins};
 pub use file::{
     parse_file, AuthConf, Dur, FileConf, JournalConf, LimitsConf, RecorderConf, ServerConf,
@@ -32,7 +34,7 @@ pub use flags::{Flags, LogFormat};
 pub use journal::{JournalSettings, JournalTls};
 pub use pattern::{Captures, RoutePath};
 pub use route::{match_route, Route};
-pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind};
+pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind, UsageConf};
 pub use tether_core::settings::{
     check_pointer, Alias, Answer, Commit, Completed, Expired, Ids, KeySource, OnNothing, OneOrMany,
     OnlyIf, Resume, Tokens,
@@ -91,6 +93,8 @@ pub struct Config {
     pub journal: Option<JournalSettings>,
     /// `[server.cors]`, when some origin is allowed.
     pub cors: Option<CorsSettings>,
+    /// `[accounting]`: the run records' webhook and the OTLP trace endpoint.
+    pub accounting: AccountingSettings,
 }
 
 /// The raw record's settings, derived from the routes that read it.
@@ -119,6 +123,10 @@ impl Config {
     /// Applies flags to a parsed file and validates the result.
     pub fn from_parts(mut file: FileConf, flags: &Flags) -> Result<Config, ConfigError> {
         flags.apply(&mut file);
+        let otlp_key = otlp_flag(flags, std::env::var(OTEL_ENDPOINT).ok());
+        if let Some((_, v)) = &otlp_key {
+            file.accounting.otlp_endpoint = v.clone();
+        }
         // Empty entries (an empty TETHER_CORS_ORIGINS, a doubled comma) name no origin.
         let origins: Vec<String> = flags
             .cors_origins
@@ -136,6 +144,9 @@ impl Config {
             if e.key == ORIGINS_KEY && !origins.is_empty() {
                 e.key = "--cors-origin".into();
             }
+            if let (accounting::OTLP_KEY, Some((key, _))) = (e.key.as_str(), &otlp_key) {
+                e.key = (*key).into();
+            }
             e
         })?;
         if let Some(s) = &flags.auth_subject {
@@ -149,6 +160,22 @@ impl Config {
             ));
         }
         Ok(cfg)
+    }
+}
+
+/// The OpenTelemetry SDKs' variable of the OTLP endpoint, honoured when `--otlp-endpoint`
+/// (`TETHER_OTLP_ENDPOINT`) is not set.
+pub const OTEL_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+
+/// The OTLP endpoint the flags name and the name to give it in errors: `--otlp-endpoint` (or
+/// `TETHER_OTLP_ENDPOINT`), else `otel_env` (the value of [`OTEL_ENDPOINT`]), else none (the
+/// file's, if any). An empty value names none.
+fn otlp_flag(flags: &Flags, otel_env: Option<String>) -> Option<(&'static str, String)> {
+    let set = |v: &String| !v.trim().is_empty();
+    match (&flags.otlp_endpoint, otel_env) {
+        (Some(v), _) if set(v) => Some(("--otlp-endpoint", v.clone())),
+        (_, Some(v)) if set(&v) => Some((OTEL_ENDPOINT, v)),
+        _ => None,
     }
 }
 

@@ -24,6 +24,7 @@
 //! | layer | modules | job |
 //! |---|---|---|
 //! | foundations | [`stall`], [`metrics`], [`config`] | stall timers, Prometheus families, `conf/tether.toml` + flags |
+//! | accounting | [`accounting`] | run records (usage, watch, outcome), the records' webhook, the OTLP trace exporter |
 //! | state | [`state`] | owners, resume tokens, runs, chats, the attach table; ownership is checked here |
 //! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
 //! | chats | [`chats`] | a caller and a request → a run: the owner, the chat's scope, lookups with the journal's sync, registration, go-live (memory or shared journal), naming, the stop |
@@ -39,6 +40,7 @@ pub use tether_core::{
     budget, dialect, error, frame, ingest, journal, record, request, settings, vocab,
 };
 
+pub mod accounting;
 pub mod backend;
 pub mod chats;
 pub mod config;

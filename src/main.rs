@@ -16,12 +16,13 @@ fn init_logging(format: LogFormat) {
     let mut b = env_logger::Builder::from_env(env);
     if format == LogFormat::Json {
         b.format(|buf, rec| {
-            let line = serde_json::json!({
-                "ts": humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
-                "level": rec.level().as_str(),
-                "target": rec.target(),
-                "msg": rec.args().to_string(),
-            });
+            // A run record (target `tether::run`) is its own JSON object on the line.
+            let line = tether::accounting::record::json_log_line(
+                &humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+                rec.level().as_str(),
+                rec.target(),
+                &rec.args().to_string(),
+            );
             writeln!(buf, "{line}")
         });
     }

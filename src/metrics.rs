@@ -96,6 +96,32 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// `tether_usage_tokens_total{kind}`: which of a run's token counts.
+    pub enum TokenKind {
+        /// Prompt tokens, cached ones included.
+        Input => "input",
+        /// Completion tokens, reasoning ones included.
+        Output => "output",
+        /// Prompt tokens read from the provider's cache.
+        CachedInput => "cached_input",
+        /// Completion tokens spent on reasoning.
+        Reasoning => "reasoning",
+    }
+}
+
+label_enum! {
+    /// `tether_webhook_records_dropped_total{reason}`: why a run record was never delivered.
+    pub enum WebhookDrop {
+        /// The webhook's queue was full (its receiver down or slow for long).
+        QueueFull => "queue_full",
+        /// The receiver refused it for good (a 4xx other than 408 and 429).
+        Rejected => "rejected",
+        /// The process stopped before it could be delivered.
+        Shutdown => "shutdown",
+    }
+}
+
 /// A counter family with one label from the bounded set `L`.
 #[derive(Debug, Clone)]
 pub struct Counters<L> {
@@ -211,6 +237,20 @@ pub struct Metrics {
     pub buffered_bytes: IntGauge,
     /// `tether_legacy_clients_cut_total{reason}`.
     pub legacy_cuts: Counters<CutReason>,
+    /// `tether_usage_tokens_total{route,format,kind}`: tokens the providers reported, per run's
+    /// route and format (labels as in [`TokenKind`]).
+    pub usage_tokens: IntCounterVec,
+    /// `tether_unwatched_runs_total{route,format}`: runs that ended with no client attached.
+    pub unwatched_runs: IntCounterVec,
+    /// `tether_unwatched_output_tokens_total{route,format}`: the output tokens of those runs.
+    pub unwatched_output_tokens: IntCounterVec,
+    /// `tether_webhook_records_sent_total`: run records the webhook's receiver accepted.
+    pub webhook_sent: IntCounter,
+    /// `tether_webhook_records_dropped_total{reason}`.
+    pub webhook_dropped: Counters<WebhookDrop>,
+    /// `tether_webhook_retries_total`: POSTs of a run record that failed and will be tried
+    /// again (the receiver down, slow or answering 5xx, 408 or 429).
+    pub webhook_retries: IntCounter,
 }
 
 fn counter_vec(reg: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -387,17 +427,58 @@ impl Metrics {
                 "Legacy clients whose stream was cut for falling behind, by reason",
                 "reason",
             ),
+            usage_tokens: counter_vec(
+                &r,
+                "tether_usage_tokens_total",
+                "Tokens the providers reported in their own usage frames, by route, format and kind",
+                &["route", "format", "kind"],
+            ),
+            unwatched_runs: counter_vec(
+                &r,
+                "tether_unwatched_runs_total",
+                "Runs that ended with no client attached, by route and format",
+                &["route", "format"],
+            ),
+            unwatched_output_tokens: counter_vec(
+                &r,
+                "tether_unwatched_output_tokens_total",
+                "Output tokens of runs that ended with no client attached, by route and format",
+                &["route", "format"],
+            ),
+            webhook_sent: counter(
+                &r,
+                "tether_webhook_records_sent_total",
+                "Run records the webhook's receiver accepted",
+            ),
+            webhook_dropped: counters::<WebhookDrop>(
+                &r,
+                "tether_webhook_records_dropped_total",
+                "Run records never delivered to the webhook's receiver, by reason",
+                "reason",
+            ),
+            webhook_retries: counter(
+                &r,
+                "tether_webhook_retries_total",
+                "Failed POSTs of a run record to the webhook's receiver, tried again",
+            ),
             registry: r,
         }
     }
 
-    /// Exports `tether_runs_started_total{route,format}` at zero for every route that starts
-    /// runs and every format, so a scrape before the first turn already has the family.
+    /// Exports the `{route,format}` families (`tether_runs_started_total`, the usage and
+    /// unwatched counters) at zero for every route that starts runs and every format, so a
+    /// scrape before the first turn already has them.
     pub fn seed_routes<'a>(&self, routes: impl IntoIterator<Item = &'a str>) {
         for route in routes {
             for format in crate::vocab::kinds::FormatKind::ALL {
-                self.runs_started
-                    .with_label_values(&[route, format.as_str()]);
+                let labels = [route, format.as_str()];
+                self.runs_started.with_label_values(&labels);
+                self.unwatched_runs.with_label_values(&labels);
+                self.unwatched_output_tokens.with_label_values(&labels);
+                for kind in TokenKind::ALL {
+                    self.usage_tokens
+                        .with_label_values(&[route, format.as_str(), kind.as_str()]);
+                }
             }
         }
     }

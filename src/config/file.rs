@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::accounting::AccountingConf;
 use super::cors::CorsConf;
 pub use super::duration::Dur;
 use super::route_conf::RouteConf;
@@ -313,6 +314,8 @@ pub struct FileConf {
     pub limits: LimitsConf,
     /// `[journal]`
     pub journal: JournalConf,
+    /// `[accounting]`
+    pub accounting: AccountingConf,
     /// `[[routes]]`; when absent, the defaults of [`default_routes`](super::route_conf::default_routes).
     pub routes: Option<Vec<RouteConf>>,
 }

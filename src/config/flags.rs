@@ -150,6 +150,10 @@ pub struct Flags {
     /// This replica's name in the shared journal [default: hostname-pid-random].
     #[arg(long, env = "TETHER_REPLICA_ID")]
     pub replica_id: Option<String>,
+    /// OTLP/HTTP collector to send a trace of each run to, http(s)://host:port (/v1/traces is
+    /// appended); OTEL_EXPORTER_OTLP_ENDPOINT is read when this is not set [default: off].
+    #[arg(long, env = "TETHER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -2,6 +2,8 @@
 //! does, where it finds the chat id, and when its runs count as persisted. The `prefix:value`
 //! settings parse with [`std::str::FromStr`], so the file and the flags share one grammar.
 
+use std::sync::Arc;
+
 use super::drop_in::{check_source, drop_in};
 use super::pattern::{Captures, RoutePath};
 use super::route_conf::{OnMiss, RouteConf, RouteKind};
@@ -9,6 +11,7 @@ use super::KeySource;
 use super::{Alias, Answer, Commit, Ids, OnNothing, Resume, Tokens};
 use crate::error::ConfigError;
 use crate::vocab::kinds::FormatChoice;
+use crate::vocab::usage::UsagePointers;
 
 /// A validated route.
 #[derive(Debug, Clone)]
@@ -51,6 +54,8 @@ pub struct Route {
     pub answer: Answer,
     /// Stop routes: where the cancel request id is (default: the body's `cancel_request_id`).
     pub cancel_request_id: Option<KeySource>,
+    /// Routes that record AG-UI or AI SDK streams: where the provider's token usage is.
+    pub usage: Option<Arc<UsagePointers>>,
 }
 
 impl Route {
@@ -109,6 +114,7 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         .parse()
         .map_err(|e| ConfigError::new(key("format"), e))?;
     let d = drop_in(&key, &rc, &path, &methods)?;
+    let usage = super::accounting::usage(&key, &rc, format)?;
     Ok(Route {
         methods,
         path,
@@ -129,5 +135,6 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         tokens: d.tokens,
         answer: rc.answer,
         cancel_request_id: d.cancel_request_id,
+        usage,
     })
 }

@@ -124,6 +124,34 @@ pub struct RouteConf {
     /// Stop routes: where the cancel request id is.
     #[serde(default)]
     pub cancel_request_id: Option<String>,
+    /// Routes that record AG-UI or AI SDK streams: the event carrying the provider's token
+    /// usage and the JSON pointers of its numbers.
+    #[serde(default)]
+    pub usage: Option<UsageConf>,
+}
+
+/// A route's `usage` table, as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageConf {
+    /// The event carrying the usage: `<TYPE>` or `<TYPE>:<name>` (an AG-UI `CUSTOM` event's
+    /// `name`).
+    pub event: String,
+    /// JSON pointer of the input tokens in that event.
+    #[serde(default)]
+    pub input_tokens: Option<String>,
+    /// JSON pointer of the output tokens.
+    #[serde(default)]
+    pub output_tokens: Option<String>,
+    /// JSON pointer of the cached input tokens.
+    #[serde(default)]
+    pub cached_input_tokens: Option<String>,
+    /// JSON pointer of the reasoning tokens.
+    #[serde(default)]
+    pub reasoning_tokens: Option<String>,
+    /// JSON pointer of the model name.
+    #[serde(default)]
+    pub model: Option<String>,
 }
 
 pub(super) fn default_format() -> String {
@@ -169,6 +197,7 @@ pub fn default_routes() -> Vec<RouteConf> {
         token_ttl: None,
         answer: Answer::Tether,
         cancel_request_id: None,
+        usage: None,
     };
     vec![
         route(&["POST"], "/chat", RouteKind::Record),

@@ -764,3 +764,163 @@ fn a_record_route_reads_the_idempotency_key_from_its_header_unless_told_otherwis
     let attach_default = routes(&route(&["POST"], "/chat/live", "attach", "body:chat_id")).unwrap();
     assert_eq!(attach_default[0].idempotency_key, None);
 }
+
+fn usage_route(format: &str, kind: &str, usage: &str) -> String {
+    format!(
+        "[[routes]]\nmethods = [\"POST\"]\npath = \"/c\"\nkind = \"{kind}\"\nformat = \"{format}\"\nusage = {usage}\n"
+    )
+}
+
+#[test]
+fn a_route_reads_agui_or_ai_sdk_usage_at_the_pointers_it_names() {
+    let text = usage_route(
+        "agui",
+        "record",
+        r#"{ event = "CUSTOM:usage", input_tokens = "/value/input", output_tokens = "/value/output", model = "/value/model" }"#,
+    );
+    let r = &routes(&text).unwrap()[0];
+    let u = r.usage.as_deref().unwrap();
+    assert_eq!(
+        (u.ty.as_str(), u.name.as_deref()),
+        ("CUSTOM", Some("usage"))
+    );
+    assert_eq!(u.input_tokens.as_deref(), Some("/value/input"));
+    assert_eq!(u.cached_input_tokens, None);
+    let text = usage_route(
+        "auto",
+        "record",
+        r#"{ event = "finish", output_tokens = "/messageMetadata/usage/outputTokens" }"#,
+    );
+    let u = routes(&text).unwrap()[0].usage.clone().unwrap();
+    assert_eq!((u.ty.as_str(), u.name.as_deref()), ("finish", None));
+    // Off unless set.
+    assert!(
+        routes(&route(&["POST"], "/c", "record", "body:chat_id")).unwrap()[0]
+            .usage
+            .is_none()
+    );
+}
+
+#[test]
+fn usage_mistakes_name_their_key() {
+    let ok = r#"{ event = "CUSTOM:usage", input_tokens = "/value/input" }"#;
+    let e = routes_err(&usage_route("anthropic", "record", ok));
+    assert_eq!(e.key, "routes[0].usage");
+    assert!(e.message.contains("anthropic reports usage"), "{e}");
+    assert_eq!(
+        routes_err(&usage_route("agui", "stop", ok)).key,
+        "routes[0].usage"
+    );
+    assert_eq!(
+        routes_err(&usage_route(
+            "agui",
+            "record",
+            r#"{ event = "CUSTOM:" , model = "/m" }"#
+        ))
+        .key,
+        "routes[0].usage.event"
+    );
+    assert_eq!(
+        routes_err(&usage_route("agui", "record", r#"{ event = "CUSTOM" }"#)).key,
+        "routes[0].usage"
+    );
+    assert_eq!(
+        routes_err(&usage_route(
+            "agui",
+            "record",
+            r#"{ event = "X", output_tokens = "value" }"#
+        ))
+        .key,
+        "routes[0].usage.output_tokens"
+    );
+    // Unknown keys are refused when the file is read.
+    let e = parse_file(&usage_route(
+        "agui",
+        "record",
+        r#"{ event = "X", tokens = "/t" }"#,
+    ))
+    .unwrap_err();
+    assert!(e.message.contains("tokens"), "{e}");
+}
+
+#[test]
+fn accounting_is_off_by_default_and_checks_its_urls() {
+    let c = Config::load(&flags()).unwrap();
+    assert_eq!(c.accounting, AccountingSettings::default());
+    let text = "[accounting]\nwebhook_url = \"http://127.0.0.1:9/runs\"\nwebhook_queue = 8\notlp_endpoint = \"http://collector:4318/\"\n";
+    let c = parse_file(text).unwrap().validate().unwrap();
+    let w = c.accounting.webhook.unwrap();
+    assert_eq!((w.url.as_str(), w.queue), ("http://127.0.0.1:9/runs", 8));
+    assert_eq!(w.timeout, Duration::from_secs(10));
+    assert_eq!(
+        c.accounting.otlp_traces.as_deref(),
+        Some("http://collector:4318/v1/traces")
+    );
+    for (toml, key) in [
+        ("webhook_url = \"ftp://x/\"", "accounting.webhook_url"),
+        ("webhook_url = \"/runs\"", "accounting.webhook_url"),
+        (
+            "webhook_url = \"http://x/\"\nwebhook_queue = 0",
+            "accounting.webhook_queue",
+        ),
+        (
+            "otlp_endpoint = \"collector:4318\"",
+            "accounting.otlp_endpoint",
+        ),
+    ] {
+        let e = parse_file(&format!("[accounting]\n{toml}\n"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.key, key, "{toml}");
+    }
+}
+
+#[test]
+fn the_otlp_flag_wins_over_the_otel_variable_which_wins_over_the_file() {
+    let file = || parse_file("[accounting]\notlp_endpoint = \"http://file:4318\"\n").unwrap();
+    let f = Flags::parse_from(["tether", "--otlp-endpoint", "https://flag:4318"]);
+    assert_eq!(
+        otlp_flag(&f, Some("http://env:4318".into())),
+        Some(("--otlp-endpoint", "https://flag:4318".into()))
+    );
+    let c = Config::from_parts(file(), &f).unwrap();
+    assert_eq!(
+        c.accounting.otlp_traces.as_deref(),
+        Some("https://flag:4318/v1/traces")
+    );
+    let none = flags();
+    assert_eq!(
+        otlp_flag(&none, Some("http://env:4318".into())),
+        Some((OTEL_ENDPOINT, "http://env:4318".into()))
+    );
+    assert_eq!(otlp_flag(&none, Some(" ".into())), None);
+    assert_eq!(otlp_flag(&none, None), None);
+    // A bad value names the flag that set it.
+    let bad = Flags::parse_from(["tether", "--otlp-endpoint", "nope"]);
+    assert_eq!(
+        Config::from_parts(file(), &bad).unwrap_err().key,
+        "--otlp-endpoint"
+    );
+}
+
+#[test]
+fn the_sample_files_commented_usage_table_parses_when_uncommented() {
+    let text = include_str!("../../conf/tether.toml");
+    let at = text.find("# [routes.usage]").unwrap();
+    let table: String = text[at..]
+        .lines()
+        .take_while(|l| l.starts_with("# "))
+        .map(|l| format!("{}\n", &l[2..]))
+        .collect();
+    let toml = format!(
+        "{}{table}",
+        route(&["POST"], "/c", "record", "body:chat_id")
+    );
+    let u = routes(&toml).unwrap()[0].usage.clone().unwrap();
+    assert_eq!(
+        (u.ty.as_str(), u.name.as_deref()),
+        ("CUSTOM", Some("usage"))
+    );
+    assert_eq!(u.pointers().count(), 5);
+}

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::{
-    addr, default_routes, err, flags_secret, journal, paired, raw_record, route, Config,
-    CorsSettings, FileConf, LimitsConf, RecorderConf, ServerConf, Subject, UpstreamConf,
+    accounting, addr, default_routes, err, flags_secret, journal, paired, raw_record, route,
+    Config, CorsSettings, FileConf, LimitsConf, RecorderConf, ServerConf, Subject, UpstreamConf,
     UpstreamUrl, ORIGINS_KEY,
 };
 use crate::error::ConfigError;
@@ -51,6 +51,7 @@ impl FileConf {
         let raw = raw_record(&routes, self.recorder.max_raw_bytes_per_run)?;
         let journal = journal::journal(&self.journal)?;
         let cors = CorsSettings::check(&self.server.cors, ORIGINS_KEY)?;
+        let accounting = accounting::accounting(&self.accounting)?;
         let secret_configured = flags_secret().is_some() || !self.auth.secret.is_empty();
         let secret = match (&flags_secret(), self.auth.secret.as_str()) {
             (Some(s), _) => s.clone().into_bytes(),
@@ -73,6 +74,7 @@ impl FileConf {
             secret_configured,
             journal,
             cors,
+            accounting,
         })
     }
 }

@@ -31,6 +31,23 @@ fn every_family_is_exported_with_bounded_labels() {
         "tether_buffered_bytes 0",
         "tether_legacy_clients_cut_total{reason=\"queue_full\"} 0",
         "tether_events_dropped_total{reason=\"over_budget\"} 0",
+        "tether_webhook_records_sent_total 0",
+        "tether_webhook_retries_total 0",
+        "tether_webhook_records_dropped_total{reason=\"queue_full\"} 0",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+}
+
+#[test]
+fn seeded_routes_export_the_usage_and_unwatched_families_at_zero() {
+    let m = Metrics::new();
+    m.seed_routes(["/chat"]);
+    let text = m.render();
+    for name in [
+        "tether_usage_tokens_total{format=\"anthropic\",kind=\"cached_input\",route=\"/chat\"} 0",
+        "tether_unwatched_runs_total{format=\"agui\",route=\"/chat\"} 0",
+        "tether_unwatched_output_tokens_total{format=\"ai_sdk\",route=\"/chat\"} 0",
     ] {
         assert!(text.contains(name), "missing {name}");
     }

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod accounting;
 mod attach;
 mod capacity;
 mod chaos;

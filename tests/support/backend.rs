@@ -102,7 +102,16 @@ impl Backend {
 
 /// Starts a backend answering each request with `script(req)`.
 pub async fn backend(script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static) -> Backend {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    backend_at("127.0.0.1:0".parse().unwrap(), script).await
+}
+
+/// [`backend`] listening on `addr` (a port a test kept free, to come up after a client
+/// already tried it).
+pub async fn backend_at(
+    addr: SocketAddr,
+    script: impl Fn(&Req) -> Vec<Step> + Send + Sync + 'static,
+) -> Backend {
+    let listener = TcpListener::bind(addr).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let served = Arc::new(Mutex::new(Vec::new()));
     let requests = Arc::new(Mutex::new(Vec::new()));

@@ -12,6 +12,7 @@ mod client;
 mod faults;
 mod frames;
 mod https;
+mod otlp;
 mod redis;
 mod replicas;
 mod sidecar;
@@ -23,13 +24,14 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use backend::{
-    backend, fixed_answer, scripted_turn, sse, sse_head, turn, turn_backend, Backend, Gate, Req,
-    Served, Step,
+    backend, backend_at, fixed_answer, scripted_turn, sse, sse_head, turn, turn_backend, Backend,
+    Gate, Req, Served, Step,
 };
 pub use client::{close_with_rst, parse_head, post, request, request_on, try_request, Head, Resp};
 pub use faults::{Fault, FaultProxy};
 pub use frames::{parse_frame, Frame, Reduced};
 pub use https::{https1, tls_connect, H2Resp, H2};
+pub use otlp::{export_requests, hex, otlp_collector, received_spans, span_attr};
 pub use redis::{free_port, JournalRedis, RedisCluster, RedisServer};
 pub use replicas::{journal_table, replica, Binary};
 pub use sidecar::{demo_sidecar, sidecar, sidecar_from, Sidecar};

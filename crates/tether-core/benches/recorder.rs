@@ -2,6 +2,7 @@
 //! against a plain copy of the same bytes, for every stream format; snapshot capture and
 //! serialization, and the `from_start` dialect's rendering. It also prints each format's
 //! snapshot size and `from_start` size for a 100,000-delta turn against the turn's text bytes.
+//! The `usage` group: ingest alone, with and without the usage meter, per format.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -71,6 +72,37 @@ fn record_as(format: FormatKind, chunks: &[Bytes]) -> MemoryJournal {
         run.append(&batch);
     }
     run
+}
+
+/// Ingest alone (decode and classify, no journal), with the usage meter when `metered`. Not
+/// inlined, so a profiler can count its instructions per call.
+#[inline(never)]
+fn ingest_as(format: FormatKind, chunks: &[Bytes], metered: bool) -> u64 {
+    let mut ingest = Ingest::new(Some(format.format()), Commit::Eof, 8 << 20);
+    if metered {
+        ingest = ingest.meter_usage(None);
+    }
+    let mut batch: Vec<Event> = Vec::new();
+    for c in chunks {
+        ingest.feed(c, &mut batch);
+    }
+    ingest.events()
+}
+
+/// The usage meter's cost on the hot path: ingest of a 100,000-delta turn with and without it.
+fn usage(c: &mut Criterion) {
+    let mut g = c.benchmark_group("usage");
+    g.throughput(Throughput::Elements(100_000));
+    for &format in FormatKind::ALL {
+        let name = format.as_str();
+        let (tokens, _) = upstream(format, 100_000, |i| 4 + i % 5, 16 * 1024);
+        for (label, metered) in [("plain", false), ("metered", true)] {
+            g.bench_function(format!("ingest_100k_tokens_{name}_{label}"), |b| {
+                b.iter(|| ingest_as(format, &tokens, metered))
+            });
+        }
+    }
+    g.finish();
 }
 
 fn benches(c: &mut Criterion) {
@@ -174,5 +206,5 @@ fn benches(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(recorder, benches);
+criterion_group!(recorder, benches, usage);
 criterion_main!(recorder);

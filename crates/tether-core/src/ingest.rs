@@ -5,6 +5,8 @@
 //! batch to the run's journal and counts metrics. Everything that decides what a run's end means
 //! lives here, unit-tested with byte slices.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::budget::{Budget, Charge};
@@ -12,6 +14,7 @@ use crate::journal::raw::Frame;
 use crate::record::format::{detect_from_event, Event, Format, FormatKind};
 use crate::record::sse::{Decoded, Decoder};
 use crate::record::unique_ids::UniqueIds;
+use crate::record::usage::{Meter, UsagePointers};
 use crate::settings::Commit;
 use crate::vocab::end::RunOutcome;
 use crate::vocab::end::{End, EndReason};
@@ -83,6 +86,8 @@ pub struct Ingest {
     held: Option<Charge>,
     /// An event was dropped (over the cap or the budget): the record is not the whole answer.
     lost: bool,
+    /// The run's token usage, when metered ([`Self::meter_usage`]).
+    meter: Option<Meter>,
 }
 
 impl Ingest {
@@ -107,6 +112,7 @@ impl Ingest {
             aliases_found: Vec::new(),
             held: None,
             lost: false,
+            meter: None,
         }
     }
 
@@ -139,6 +145,19 @@ impl Ingest {
         self
     }
 
+    /// Also reads the token usage the provider's own frames report ([`Self::usage`]), with the
+    /// route's `usage` setting for the formats that have no usage event of their own.
+    pub fn meter_usage(mut self, pointers: Option<Arc<UsagePointers>>) -> Self {
+        self.meter = Some(Meter::new(pointers));
+        self
+    }
+
+    /// The run's usage meter (usage so far, and at the end the provider's numbers or
+    /// `usage_missing`), when [`Self::meter_usage`] turned it on.
+    pub fn usage(&self) -> Option<&Meter> {
+        self.meter.as_ref()
+    }
+
     /// The raw frames of the last [`Self::feed`], one per event of its batch.
     pub fn take_raw(&mut self) -> Vec<Frame> {
         std::mem::take(&mut self.raw_out)
@@ -164,6 +183,8 @@ impl Ingest {
         self.decoder.feed(chunk, &mut self.decoded);
         // One raw frame per decoded event, in order (none unless raw frames are kept).
         let mut raws = self.decoder.take_raw();
+        // The format's kind for the usage meter, asked once per read.
+        let mut kind = None;
         for d in self.decoded.drain(..) {
             match d {
                 Decoded::Event(e) => {
@@ -200,6 +221,9 @@ impl Ingest {
                         self.failure = ev.failure;
                     }
                     self.committed |= commits(&self.commit, &ev);
+                    if let Some(meter) = &mut self.meter {
+                        meter.observe(*kind.get_or_insert_with(|| format.kind()), &ev);
+                    }
                     batch.push(ev);
                 }
                 Decoded::Oversized { bytes } => {

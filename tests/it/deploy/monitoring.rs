@@ -30,6 +30,8 @@ fn exported_families() -> BTreeMap<String, String> {
     // A labelled family whose label values are not known up front is left out of the exposition
     // until it has a child; give it one.
     m.runs_started.with_label_values(&["/chat", "agui"]).inc();
+    // The other `{route,format}` families (usage, unwatched runs), as a start seeds them.
+    m.seed_routes(["/chat"]);
     // The shared journal's families are registered when a journal is configured.
     tether::replica::JournalMetrics::new(&m);
     // The proxy listener's connection families are registered at start.

@@ -404,3 +404,23 @@ fn a_stopped_ai_sdk_run_ends_with_abort_and_done_and_says_whether_its_bytes_ende
     assert_eq!(Ingest::new(None, Commit::Eof, 1024).stop(&mut batch), None);
     assert!(batch.is_empty());
 }
+
+#[test]
+fn usage_is_metered_on_request_over_any_read_split_of_a_detected_format() {
+    let body: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    for cut in [1, 40, 150, body.len() - 1] {
+        let mut i = Ingest::new(None, Commit::Eof, 1 << 20).meter_usage(None);
+        let mut batch = Vec::new();
+        i.feed(&Bytes::copy_from_slice(&body[..cut]), &mut batch);
+        i.feed(&Bytes::copy_from_slice(&body[cut..]), &mut batch);
+        assert_eq!(i.format(), Some(FormatKind::Anthropic));
+        let end = i.usage().unwrap().finish();
+        assert!(!end.usage_missing, "cut at {cut}");
+        let u = end.usage.unwrap();
+        assert_eq!((u.input_tokens, u.output_tokens), (Some(10), Some(5)));
+    }
+    // Off unless asked for.
+    let mut i = Ingest::new(None, Commit::Eof, 1 << 20);
+    i.feed(&Bytes::from_static(body), &mut Vec::new());
+    assert!(i.usage().is_none());
+}

@@ -150,6 +150,10 @@ pub struct Event {
     /// Set when a snapshot may leave the event out (Anthropic `ping`): it neither appears in
     /// the compacted history nor closes an open merge group.
     pub transient: bool,
+    /// Set when the event carries token usage and has no `type` that says so (OpenAI Chat's
+    /// chunk with a non-null `usage`); [`usage`](crate::record::usage) reads such events, and
+    /// the other formats' usage events by their type.
+    pub carries_usage: bool,
     /// The SSE `event:` name, when the upstream sent one that differs from the JSON `type`.
     pub sse_name: Option<Bytes>,
 }
@@ -246,7 +250,7 @@ pub trait Format: Send + Sync + Debug {
 }
 
 impl Event {
-    /// An event that is none of: delta, terminal, finish, failure, transient.
+    /// An event that is none of: delta, terminal, finish, failure, transient, usage.
     pub fn verbatim(json: Bytes, ty: Range<usize>, name: Range<usize>) -> Event {
         Event {
             json,
@@ -257,6 +261,7 @@ impl Event {
             finish: false,
             failure: None,
             transient: false,
+            carries_usage: false,
             sse_name: None,
         }
     }

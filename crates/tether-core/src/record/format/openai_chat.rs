@@ -122,6 +122,7 @@ fn classify_object(data: &Bytes, top: &Chunk) -> Event {
     };
     let ty = top.ty.and_then(inner).unwrap_or(0..0);
     let mut event = Event::verbatim(data.clone(), ty, 0..0);
+    event.carries_usage = top.usage;
     if top.error.is_some_and(is_truthy) {
         event.failure = Some(EndReason::ErrorEvent);
         return event;

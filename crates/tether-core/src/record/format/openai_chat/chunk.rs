@@ -50,6 +50,8 @@ pub(super) struct Chunk<'a> {
     pub(super) error: Option<&'a RawValue>,
     /// `choices`.
     pub(super) choices: Slot<Choices<'a>>,
+    /// Whether `usage` is not `null` (the usage chunk).
+    pub(super) usage: bool,
     /// The `system_fingerprint` member's key and value, even `null`.
     pub(super) fingerprint: Option<(&'a str, &'a RawValue)>,
     /// Whether a member a mergeable chunk may not carry is not `null`. It may carry `id`,
@@ -68,6 +70,7 @@ impl Chunk<'_> {
             object: None,
             error: None,
             choices: Slot::Null,
+            usage: false,
             fingerprint: None,
             other: false,
         }
@@ -112,8 +115,13 @@ impl<'a> Nested<'a> for Chunk<'a> {
                     });
                     map.next_value::<IgnoredAny>()?;
                 }
-                "usage" | "moderation" => {
-                    names.known(if k == "usage" { 1 << 10 } else { 1 << 11 });
+                "usage" => {
+                    names.known(1 << 10);
+                    c.usage = non_null(&mut map)?.is_some();
+                    c.other |= c.usage;
+                }
+                "moderation" => {
+                    names.known(1 << 11);
                     c.other |= non_null(&mut map)?.is_some();
                 }
                 _ => c.other |= names.other(k, &mut map)?,

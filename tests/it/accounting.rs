@@ -1,0 +1,6 @@
+//! Accounting's senders against in-process receivers: the run records' webhook across a
+//! receiver outage (every record arrives, once per idempotency key), its bounded queue, and the
+//! OTLP/HTTP trace exporter (the real protobuf decoded).
+
+mod otlp;
+mod webhook;
