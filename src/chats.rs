@@ -7,7 +7,8 @@
 //! ([`Chat::register_keyed`], in [`keys`]), or the run an earlier stop named ([`stop`]). With a
 //! shared journal every lookup first brings what the journal knows into the registry (and an
 //! attach with a cursor waits for a mirror a little behind its producer); without one nothing
-//! but the registry is asked. Registration and go-live are here too: a record request's
+//! but the registry is asked. Registration and go-live are here too: a new run's admission
+//! under the per-owner limits ([`Chats::admit_run`]), a record request's
 //! pending registration ([`Chat::register`]), and the run that goes live, recorded in memory or
 //! through the shared journal's recorder whose writer is spawned here ([`live`]), then named by
 //! its aliases. Every answer is a named type ([`Found`]), never a tuple.
@@ -27,6 +28,7 @@ use crate::replica::Replica;
 use crate::state::attach_policy::{self, Decision};
 use crate::state::auth::Auth;
 pub use crate::state::auth::Owner;
+use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimits};
 use crate::state::registry::{Admission, Busy, Pending, Registry};
 use crate::state::run::Run;
 use crate::vocab::{ChatId, RunId, Scope};
@@ -63,6 +65,7 @@ pub struct Chats {
     registry: Arc<Registry>,
     auth: Arc<Auth>,
     journal: Option<Arc<Replica>>,
+    limits: Option<Arc<OwnerLimits>>,
 }
 
 impl std::fmt::Debug for Chats {
@@ -93,6 +96,25 @@ impl Chats {
             registry,
             auth: Arc::new(auth),
             journal,
+            limits: None,
+        }
+    }
+
+    /// The same chats, admitting new runs under the per-owner `limits` ([`Self::admit_run`]).
+    pub fn with_limits(mut self, limits: Arc<OwnerLimits>) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// Admits a new run of `owner` under the per-owner limits (`[limits]
+    /// max_active_runs_per_owner`, `max_runs_per_owner_per_minute`), before anything is
+    /// forwarded: the run's place among the owner's active runs (hold it until the run ends;
+    /// `None` when that limit is off), or the limit that refuses it. Counted on this replica
+    /// only, with a shared journal too.
+    pub fn admit_run(&self, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
+        match &self.limits {
+            Some(l) => l.admit(owner),
+            None => Ok(None),
         }
     }
 

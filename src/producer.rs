@@ -32,6 +32,7 @@ use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::metrics::Metrics;
 use crate::record::format::{detect_from_headers, FormatChoice, FormatKind};
+use crate::state::owner_limits::ActiveRun;
 use crate::state::registry::Pending;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
@@ -75,6 +76,9 @@ pub struct Job {
     pub metrics: Metrics,
     /// The chat's pending registration, released once the upstream answered.
     pub pending: Pending,
+    /// The run's place among its owner's active runs (`max_active_runs_per_owner`), given back
+    /// when the run ends (or at once when nothing is recorded).
+    pub active: Option<ActiveRun>,
     /// The transport run id, minted before forwarding.
     pub run_id: RunId,
     /// Route label for metrics.
@@ -148,6 +152,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         chats,
         metrics: m,
         pending,
+        active,
         run_id,
         route,
         request,
@@ -161,6 +166,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
         Err(e) => {
+            // Given back before the answer: the requester may start another at once.
+            drop(active);
             let _ = head.send(failed(&m, &run_id, e));
             return;
         }
@@ -170,6 +177,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         if !header.status.is_success() {
             m.upstream_errors.inc(UpstreamErrorKind::Status);
         }
+        drop(active);
         let _ = head.send(Head::Relay {
             header,
             upstream: Box::new(s),
@@ -265,6 +273,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let outcome = outcome(&end, ending);
     m.runs_finished.inc(outcome);
     m.runs_active.dec();
+    // Given back before the end is published: whoever sees the end may start another run.
+    drop(active);
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
     chats.registry().notify();

@@ -37,6 +37,7 @@ use crate::chats::Chats;
 use crate::config::{Config, RouteKind, UpstreamUrl};
 use crate::metrics::{EvictReason, GaugeMeter, Metrics};
 use crate::proxy::{Shared, Sidecar};
+use crate::state::owner_limits::{OwnerLimitSettings, OwnerLimits};
 use crate::state::registry::{Registry, Swept};
 use crate::vocab::end::EndReason;
 use admin::Admin;
@@ -185,7 +186,15 @@ fn shared_state(
             .map_err(|e| std::io::Error::other(format!("journal: {e}")))?,
         ),
     };
-    let chats = Chats::new(registry, cfg.subject.clone(), &cfg.secret, journal);
+    let owner_limits = OwnerLimits::new(
+        OwnerLimitSettings {
+            max_active: cfg.limits.max_active_runs_per_owner,
+            per_minute: cfg.limits.max_runs_per_owner_per_minute,
+        },
+        &metrics,
+    );
+    let chats =
+        Chats::new(registry, cfg.subject.clone(), &cfg.secret, journal).with_limits(owner_limits);
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(upstream_addr, cfg.upstream_opts.clone())?),
         chats,

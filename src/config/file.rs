@@ -240,6 +240,12 @@ pub struct LimitsConf {
     pub max_client_buffer_bytes: usize,
     /// Stop a run no client has watched for this long (`abandoned`); `0s` turns it off.
     pub abandon_after: Dur,
+    /// Runs one owner (`[auth] subject`) may have going at once; a record request over it gets
+    /// `429 too_many_runs`. `0`: off.
+    pub max_active_runs_per_owner: u32,
+    /// Runs one owner may start per minute (a token bucket of this size, refilled evenly); a
+    /// record request over it gets `429 rate_limited`. `0`: off.
+    pub max_runs_per_owner_per_minute: u32,
 }
 
 impl Default for LimitsConf {
@@ -252,6 +258,8 @@ impl Default for LimitsConf {
             max_buffered_bytes: 256 << 20,
             max_client_buffer_bytes: 1 << 20,
             abandon_after: Dur(Duration::ZERO),
+            max_active_runs_per_owner: 0,
+            max_runs_per_owner_per_minute: 0,
         }
     }
 }

@@ -111,6 +111,14 @@ pub struct Flags {
     /// Stop a run no client has watched for this long, e.g. 10m [default: off].
     #[arg(long, env = "TETHER_ABANDON_AFTER", value_parser = duration)]
     pub abandon_after: Option<Duration>,
+    /// Runs one owner (--auth-subject) may have going at once; more get 429 too_many_runs
+    /// [default: 0, off].
+    #[arg(long, env = "TETHER_MAX_ACTIVE_RUNS_PER_OWNER")]
+    pub max_active_runs_per_owner: Option<u32>,
+    /// Runs one owner may start per minute (a token bucket); more get 429 rate_limited
+    /// [default: 0, off].
+    #[arg(long, env = "TETHER_MAX_RUNS_PER_OWNER_PER_MINUTE")]
+    pub max_runs_per_owner_per_minute: Option<u32>,
     /// Serve the browser client at /_tether/client.js (and the demo page at / in demo mode):
     /// true or false [default: true without --upstream, else false].
     #[arg(long, env = "TETHER_SERVE_CLIENT", value_name = "BOOL", num_args = 0..=1,
@@ -258,6 +266,12 @@ impl Flags {
         }
         if let Some(v) = self.abandon_after {
             file.limits.abandon_after = Dur(v);
+        }
+        if let Some(v) = self.max_active_runs_per_owner {
+            file.limits.max_active_runs_per_owner = v;
+        }
+        if let Some(v) = self.max_runs_per_owner_per_minute {
+            file.limits.max_runs_per_owner_per_minute = v;
         }
     }
 

@@ -42,6 +42,7 @@ impl FileConf {
             .subject
             .parse()
             .map_err(|e| err("auth.subject", e))?;
+        check_owner_limits(&self.limits, &subject)?;
         let confs = self.routes.clone().unwrap_or_else(default_routes);
         let mut routes = Vec::with_capacity(confs.len());
         for (i, rc) in confs.into_iter().enumerate() {
@@ -168,4 +169,30 @@ fn check_limits(l: &LimitsConf, r: &RecorderConf) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// `[limits]`'s per-owner limits need callers told apart: with `[auth] subject = "none"` every
+/// caller is one owner, so a per-owner limit would be one limit for everyone.
+fn check_owner_limits(l: &LimitsConf, subject: &Subject) -> Result<(), ConfigError> {
+    if *subject != Subject::None {
+        return Ok(());
+    }
+    let set = [
+        (
+            "limits.max_active_runs_per_owner",
+            l.max_active_runs_per_owner,
+        ),
+        (
+            "limits.max_runs_per_owner_per_minute",
+            l.max_runs_per_owner_per_minute,
+        ),
+    ];
+    match set.into_iter().find(|(_, v)| *v > 0) {
+        Some((key, _)) => Err(err(
+            key,
+            "needs [auth] subject (--auth-subject): with subject = \"none\" every caller is \
+             one owner",
+        )),
+        None => Ok(()),
+    }
 }

@@ -114,6 +114,7 @@ impl Sidecar {
                 );
                 let turn = Turn {
                     pending,
+                    active: None,
                     run_id,
                     body,
                     legacy: false,

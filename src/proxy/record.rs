@@ -20,6 +20,7 @@ use crate::config::{DialectKind, Expired, Ids, Route};
 use crate::dialect::last_event_id::LastEventId;
 use crate::dialect::{Plan, Refusal, Verbatim as _};
 use crate::error::{ApiError, Code};
+use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimit};
 use crate::state::registry::{Admission, Busy, Pending};
 use crate::state::run::mint_run_id;
 use crate::vocab::RunId;
@@ -37,10 +38,34 @@ fn busy(busy: Busy) -> ApiError {
     e
 }
 
-/// The turn of record request `req`, registered as `pending`.
-fn turn(req: TurnRequest, pending: Pending, run_id: RunId, key: Option<IdempotencyKey>) -> Turn {
+/// `429 too_many_runs` or `429 rate_limited`, with `Retry-After`: a per-owner limit refused a
+/// new run.
+fn limited(l: Limited) -> ApiError {
+    let e = match l.limit {
+        OwnerLimit::ActiveRuns => ApiError::new(
+            Code::TooManyRuns,
+            "this caller has as many runs going as it may; retry when one ends",
+        ),
+        OwnerLimit::Rate => ApiError::new(
+            Code::RateLimited,
+            "this caller started as many runs this minute as it may; retry later",
+        ),
+    };
+    e.with_retry_after(l.retry_after_secs())
+}
+
+/// A record request registered as a new run: its pending registration, and its place among
+/// its owner's active runs (`max_active_runs_per_owner`).
+struct Registered {
+    pending: Pending,
+    active: Option<ActiveRun>,
+}
+
+/// The turn of record request `req`, registered as `reg`.
+fn turn(req: TurnRequest, reg: Registered, run_id: RunId, key: Option<IdempotencyKey>) -> Turn {
     Turn {
-        pending,
+        pending: reg.pending,
+        active: reg.active,
         run_id,
         body: req.body,
         legacy: !req.protocol1,
@@ -71,16 +96,17 @@ impl Sidecar {
             // size this future for every turn.
             let registered = self.register(session, m, &req, &run_id, key.as_ref());
             match Box::pin(registered).await {
-                Ok(pending) => turn(req, pending, run_id, key),
+                Ok(reg) => turn(req, reg, run_id, key),
                 Err(answered) => return answered,
             }
         };
         run_upstream(s, session, m.route, turn).await
     }
 
-    /// Registers the turn as run `run_id` of its chat, unless it is a resume (`resume_on`), the
-    /// recorder is full (the turn is passed through unrecorded), the chat is busy, or its
-    /// idempotency key names a run: then `Err` holds the answer.
+    /// Registers the turn as run `run_id` of its chat and admits it under the per-owner limits,
+    /// unless it is a resume (`resume_on`), the recorder is full (the turn is passed through
+    /// unrecorded, admitted too), the chat is busy, its idempotency key names a run, or a
+    /// per-owner limit refuses it: then `Err` holds the answer, and nothing was forwarded.
     async fn register(
         &self,
         session: &mut Session,
@@ -88,7 +114,7 @@ impl Sidecar {
         req: &TurnRequest,
         run_id: &RunId,
         key: Option<&IdempotencyKey>,
-    ) -> Result<Pending, Handled> {
+    ) -> Result<Registered, Handled> {
         let (s, route) = (&self.shared, m.route);
         let chat = s.chats.chat(req.owner, &req.chat_id);
         if let Some(id) = &req.resume_id {
@@ -102,7 +128,8 @@ impl Sidecar {
             .make_room(limits.max_runs, limits.max_recorded_bytes)
         {
             // Over the run or byte limits even after evicting completed runs: never refuse a
-            // turn, pass it through unrecorded.
+            // turn, pass it through unrecorded (under the per-owner limits all the same).
+            let _active = s.chats.admit_run(req.owner).map_err(|l| Err(limited(l)))?;
             s.metrics.runs_unrecorded.inc();
             info!(
                 "chat {:?}: recorder full, turn passed through unrecorded",
@@ -115,15 +142,24 @@ impl Sidecar {
             true => Admission::SingleFlight,
             false => Admission::Always,
         };
-        let Some(key) = key else {
-            return chat.register(run_id, admit).await.map_err(|b| Err(busy(b)));
+        let pending = match key {
+            None => chat
+                .register(run_id, admit)
+                .await
+                .map_err(|b| Err(busy(b)))?,
+            Some(key) => {
+                let retry = Retry {
+                    key,
+                    legacy: !req.protocol1,
+                };
+                self.register_retry(session, route, &chat, run_id, admit, retry)
+                    .await?
+            }
         };
-        let retry = Retry {
-            key,
-            legacy: !req.protocol1,
-        };
-        self.register_retry(session, route, &chat, run_id, admit, retry)
-            .await
+        // Admitted only as a new run: a retry that joins its run, a busy chat, a resume are
+        // not new runs. Refused, the pending registration goes with the answer.
+        let active = s.chats.admit_run(req.owner).map_err(|l| Err(limited(l)))?;
+        Ok(Registered { pending, active })
     }
 
     /// `resume_on`: a request carrying the header with an id of a frame of the chat's run

@@ -61,7 +61,7 @@ pub(crate) async fn finish(session: &mut Session, cors: &Cors, r: Handled) -> Re
         }
         Ok(Reply::Json(status, body)) => {
             let body = body.map(|b| Bytes::from(b.to_string()));
-            let _ = respond(session, cors, status, body).await;
+            let _ = respond(session, cors, status, body, None).await;
         }
         Ok(Reply::File(f)) => {
             let _ = respond_file(session, cors, f).await;
@@ -70,21 +70,26 @@ pub(crate) async fn finish(session: &mut Session, cors: &Cors, r: Handled) -> Re
             let _ = respond_empty_stream(session, cors).await;
         }
         Err(e) => {
-            let _ = respond(session, cors, e.status(), Some(e.body())).await;
+            let _ = respond(session, cors, e.status(), Some(e.body()), e.retry_after).await;
         }
     }
     Ok(true)
 }
 
-/// Writes a whole small response (`application/json` when there is a body).
+/// Writes a whole small response (`application/json` when there is a body), with
+/// `Retry-After: <retry_after>` when given.
 async fn respond(
     session: &mut Session,
     cors: &Cors,
     status: u16,
     body: Option<Bytes>,
+    retry_after: Option<u64>,
 ) -> Result<()> {
-    let mut h = ResponseHeader::build(status, Some(3))?;
+    let mut h = ResponseHeader::build(status, Some(4))?;
     h.insert_header("cache-control", "no-store")?;
+    if let Some(secs) = retry_after {
+        h.insert_header("retry-after", secs.to_string())?;
+    }
     match &body {
         Some(b) => {
             h.insert_header("content-type", "application/json")?;

@@ -15,6 +15,7 @@ use crate::config::{Ids, Route};
 use crate::dialect::Plan;
 use crate::producer::{self, Head, Job, Rules};
 use crate::state::attach_policy::Start;
+use crate::state::owner_limits::ActiveRun;
 use crate::state::registry::Pending;
 use crate::vocab::RunId;
 
@@ -22,6 +23,9 @@ use crate::vocab::RunId;
 pub(crate) struct Turn {
     /// The chat's pending registration.
     pub(crate) pending: Pending,
+    /// Its place among its owner's active runs (`max_active_runs_per_owner`), held until it
+    /// ends.
+    pub(crate) active: Option<ActiveRun>,
     /// The run id minted for it.
     pub(crate) run_id: RunId,
     /// The request body.
@@ -99,6 +103,7 @@ pub(crate) async fn run_upstream(
 fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee: bool) -> Job {
     let Turn {
         pending,
+        active,
         run_id,
         body,
         legacy: _,
@@ -111,6 +116,7 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         chats: s.chats.clone(),
         metrics: s.metrics.clone(),
         pending,
+        active,
         run_id,
         route: route.path.as_str().to_string(),
         request: session.req_header().clone(),

@@ -13,7 +13,7 @@ use crate::error::{ApiError, Code};
 use crate::vocab::{ChatId, RunId, Scope};
 
 /// A caller's identity: the keyed hash of its subject, or none when auth is off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Owner(Option<blake3::Hash>);
 
 impl Owner {

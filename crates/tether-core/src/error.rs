@@ -58,6 +58,11 @@ pub enum Code {
     IdempotencyKeyReused,
     /// 429: the run has `max_observers_per_run` observers.
     TooManyObservers,
+    /// 429: the caller has `[limits] max_active_runs_per_owner` runs going (with `Retry-After`).
+    TooManyRuns,
+    /// 429: the caller started `[limits] max_runs_per_owner_per_minute` runs in the last
+    /// minute (with `Retry-After`).
+    RateLimited,
     /// 431: the request headers are over `max_header_bytes`.
     HeadersTooLarge,
     /// 502: the backend could not be reached.
@@ -96,6 +101,8 @@ impl Code {
             Code::BodyTooLarge => "body_too_large",
             Code::IdempotencyKeyReused => "idempotency_key_reused",
             Code::TooManyObservers => "too_many_observers",
+            Code::TooManyRuns => "too_many_runs",
+            Code::RateLimited => "rate_limited",
             Code::HeadersTooLarge => "headers_too_large",
             Code::UpstreamUnreachable => "upstream_unreachable",
             Code::Draining => "draining",
@@ -115,7 +122,7 @@ impl Code {
             Code::BodyTimeout => 408,
             Code::BodyTooLarge => 413,
             Code::IdempotencyKeyReused => 422,
-            Code::TooManyObservers => 429,
+            Code::TooManyObservers | Code::TooManyRuns | Code::RateLimited => 429,
             Code::HeadersTooLarge => 431,
             Code::UpstreamUnreachable => 502,
             Code::Draining | Code::TooManyConnections | Code::AtCapacity => 503,
@@ -134,6 +141,9 @@ pub struct ApiError {
     pub message: String,
     /// The run the answer is about, added to the body as `run_id` (the running turn of a 409).
     pub run_id: Option<RunId>,
+    /// Seconds the client should wait before trying again, sent as `Retry-After` (a 429 of a
+    /// per-owner limit).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -143,7 +153,14 @@ impl ApiError {
             code,
             message: message.into(),
             run_id: None,
+            retry_after: None,
         }
+    }
+
+    /// The same answer, telling the client to wait `secs` seconds before trying again.
+    pub fn with_retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
     }
 
     /// The HTTP status of the answer.
