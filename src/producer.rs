@@ -266,6 +266,9 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         &naming,
     )
     .await;
+    // The upstream is read to its end: the owner's place is given back before the run's end is
+    // recorded, so whoever sees the end may start another run.
+    drop(active);
     // A run that ended before its first event never showed its format: AG-UI, the fallback.
     started.count(ingest.format().unwrap_or(FormatKind::Agui));
     let verdict = ingest.verdict(ending);
@@ -273,8 +276,6 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let outcome = outcome(&end, ending);
     m.runs_finished.inc(outcome);
     m.runs_active.dec();
-    // Given back before the end is published: whoever sees the end may start another run.
-    drop(active);
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
     chats.registry().notify();

@@ -26,6 +26,7 @@ mod layers;
 mod limits;
 mod links;
 mod ops;
+mod owner_limits;
 mod record;
 mod routes;
 mod tls;

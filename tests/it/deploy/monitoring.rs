@@ -36,6 +36,8 @@ fn exported_families() -> BTreeMap<String, String> {
     tether::replica::JournalMetrics::new(&m);
     // The proxy listener's connection families are registered at start.
     tether::server::DownstreamMetrics::new(&m);
+    // The per-owner limits' family is registered at start.
+    tether::state::owner_limits::OwnerLimits::metric(&m);
     let families: BTreeMap<String, String> = m
         .render()
         .lines()
