@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderMap;
+use log::debug;
 
 use crate::config::Subject;
 use crate::error::ApiError;
@@ -28,7 +29,7 @@ use crate::replica::Replica;
 use crate::state::attach_policy::{self, Decision};
 use crate::state::auth::Auth;
 pub use crate::state::auth::Owner;
-use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimits};
+use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimit, OwnerLimits};
 use crate::state::registry::{Admission, Busy, Pending, Registry};
 use crate::state::run::Run;
 use crate::vocab::{ChatId, RunId, Scope};
@@ -109,12 +110,30 @@ impl Chats {
     /// Admits a new run of `owner` under the per-owner limits (`[limits]
     /// max_active_runs_per_owner`, `max_runs_per_owner_per_minute`), before anything is
     /// forwarded: the run's place among the owner's active runs (hold it until the run ends;
-    /// `None` when that limit is off), or the limit that refuses it. Counted on this replica
-    /// only, with a shared journal too.
-    pub fn admit_run(&self, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
-        match &self.limits {
-            Some(l) => l.admit(owner),
-            None => Ok(None),
+    /// `None` when that limit is off), or the limit that refuses it (counted). Runs going are
+    /// counted on this replica; with a shared journal the rate's bucket is the journal's, shared
+    /// by every replica (this replica's own while Redis cannot be asked).
+    pub async fn admit_run(&self, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
+        let Some(l) = &self.limits else {
+            return Ok(None);
+        };
+        // A degraded journal is not asked: the wait for its answer would hold every turn.
+        let shared = self.journal.as_ref().filter(|j| !j.is_degraded());
+        let Some(j) = shared.filter(|_| l.per_minute() > 0) else {
+            return l.admit(owner);
+        };
+        let active = l.admit_active(owner)?;
+        match Box::pin(j.take_run(&owner, l.per_minute())).await {
+            Ok(None) => Ok(active),
+            // Refused: the place taken above goes back with `active`.
+            Ok(Some(wait)) => Err(l.refused(Limited {
+                limit: OwnerLimit::Rate,
+                retry_after: wait,
+            })),
+            Err(e) => {
+                debug!("shared journal: the owner's bucket could not be read ({e}); counting here");
+                l.admit_rate(owner).map(|()| active)
+            }
         }
     }
 

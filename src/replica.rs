@@ -19,7 +19,8 @@
 //! Per replica: `tj:{rep:<id>}:alive` (its lease token, `PX lease`), `tj:{rep:<id>}:runs:<lease>`
 //! (`<run>\n<scope>` of the live runs that life produces, listed in `tj:leases` as
 //! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
-//! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`.
+//! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`. Per owner, with `[limits]
+//! max_runs_per_owner_per_minute`: `tj:{own:<owner hash>}:bucket` ([`owner_bucket`]).
 
 mod bell;
 mod bus;
@@ -27,6 +28,7 @@ pub mod codec;
 mod conn;
 mod follower;
 mod liveness;
+mod owner_bucket;
 mod pipe;
 mod recorder;
 pub mod scripts;

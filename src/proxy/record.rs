@@ -129,7 +129,11 @@ impl Sidecar {
         {
             // Over the run or byte limits even after evicting completed runs: never refuse a
             // turn, pass it through unrecorded (under the per-owner limits all the same).
-            let _active = s.chats.admit_run(req.owner).map_err(|l| Err(limited(l)))?;
+            let _active = s
+                .chats
+                .admit_run(req.owner)
+                .await
+                .map_err(|l| Err(limited(l)))?;
             s.metrics.runs_unrecorded.inc();
             info!(
                 "chat {:?}: recorder full, turn passed through unrecorded",
@@ -158,7 +162,11 @@ impl Sidecar {
         };
         // Admitted only as a new run: a retry that joins its run, a busy chat, a resume are
         // not new runs. Refused, the pending registration goes with the answer.
-        let active = s.chats.admit_run(req.owner).map_err(|l| Err(limited(l)))?;
+        let active = s
+            .chats
+            .admit_run(req.owner)
+            .await
+            .map_err(|l| Err(limited(l)))?;
         Ok(Registered { pending, active })
     }
 

@@ -1,4 +1,5 @@
-//! The Lua scripts behind every state change of a run in Redis. Each takes all its keys in
+//! The Lua scripts behind every state change of a run in Redis, and the per-owner rate limit's
+//! shared bucket ([`TAKE_RUN`], under the owner's own hash tag). Each takes all its keys in
 //! `KEYS`, all under one chat's hash tag, validates everything before its first write (Redis
 //! does not roll a script back), and compares the producer's lease token (fencing). The first
 //! end written wins. A script that rings a doorbell takes the publish command last (`PUBLISH`,
@@ -212,6 +213,37 @@ local t = redis.call('TIME')
 local til = t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[1])
 if not st[2] or tonumber(st[2]) < til then redis.call('HSET', KEYS[1], 'watch', til) end
 return 1
+"#,
+    )
+});
+
+/// Takes one run from an owner's bucket (`[limits] max_runs_per_owner_per_minute`, shared by
+/// every replica): the bucket holds `size` runs and refills evenly over a minute, on Redis's
+/// clock. Returns 0 when a run was taken, else the milliseconds until one is back. The key
+/// expires a minute after its last use, when the bucket would be full again anyway.
+///
+/// KEYS: bucket. ARGV: size.
+pub static TAKE_RUN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local size = tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(b[1]) or size
+local at = tonumber(b[2]) or now
+local elapsed = now - at
+if elapsed < 0 then elapsed = 0 end
+tokens = math.min(size, tokens + elapsed * size / 60000)
+local wait = 0
+if tokens < 1 then
+  wait = math.ceil((1 - tokens) * 60000 / size)
+else
+  tokens = tokens - 1
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
+redis.call('PEXPIRE', KEYS[1], 60000)
+return wait
 "#,
     )
 });

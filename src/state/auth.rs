@@ -25,6 +25,14 @@ impl Owner {
         self.0.as_ref().map_or(&[], |h| h.as_bytes())
     }
 
+    /// The owner's hash in hex (empty when auth is off): a key in the shared journal, never the
+    /// subject.
+    pub fn hex(&self) -> String {
+        self.0
+            .as_ref()
+            .map_or_else(String::new, |h| h.to_hex().to_string())
+    }
+
     /// An owner whose hash is that of `subject` (unkeyed; for tests).
     #[cfg(test)]
     pub fn of(subject: &[u8]) -> Owner {

@@ -83,6 +83,28 @@ pub struct OwnerLimits {
     limited: Counters<OwnerLimit>,
 }
 
+/// Which limits one admission checks here.
+#[derive(Debug, Clone, Copy)]
+struct Checks {
+    active: bool,
+    rate: bool,
+}
+
+impl Checks {
+    const BOTH: Checks = Checks {
+        active: true,
+        rate: true,
+    };
+    const ACTIVE: Checks = Checks {
+        active: true,
+        rate: false,
+    };
+    const RATE: Checks = Checks {
+        active: false,
+        rate: true,
+    };
+}
+
 #[derive(Debug, Default)]
 struct Table {
     owners: HashMap<Owner, Entry>,
@@ -131,31 +153,65 @@ impl OwnerLimits {
         self.settings.max_active > 0 || self.settings.per_minute > 0
     }
 
-    /// Admits one more run of `owner` now, or says which limit refuses it (counted). The
-    /// [`ActiveRun`] is there when `max_active_runs_per_owner` is on; hold it until the run ends.
+    /// Runs one owner may start per minute (`0`: off).
+    pub fn per_minute(&self) -> u32 {
+        self.settings.per_minute
+    }
+
+    /// Admits one more run of `owner` now under both limits, on this replica's count, or says
+    /// which limit refuses it (counted). The [`ActiveRun`] is there when
+    /// `max_active_runs_per_owner` is on; hold it until the run ends.
     pub fn admit(self: &Arc<Self>, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
+        self.admit_checking(owner, Checks::BOTH)
+    }
+
+    /// [`Self::admit`] under `max_active_runs_per_owner` only (the rate is counted elsewhere:
+    /// the shared journal's bucket).
+    pub fn admit_active(self: &Arc<Self>, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
+        self.admit_checking(owner, Checks::ACTIVE)
+    }
+
+    /// Takes one run from `owner`'s bucket on this replica (when the shared journal's could not
+    /// be asked), or the refusal (counted).
+    pub fn admit_rate(&self, owner: Owner) -> Result<(), Limited> {
+        self.admit_at(owner, Instant::now(), Checks::RATE)
+            .map(|_| ())
+            .map_err(|l| self.refused(l))
+    }
+
+    /// Counts refusal `l` (made here or by the shared journal's bucket) and returns it.
+    pub fn refused(&self, l: Limited) -> Limited {
+        self.limited.inc(l.limit);
+        l
+    }
+
+    fn admit_checking(
+        self: &Arc<Self>,
+        owner: Owner,
+        checks: Checks,
+    ) -> Result<Option<ActiveRun>, Limited> {
         if !self.is_on() {
             return Ok(None);
         }
-        let admitted = self.admit_at(owner, Instant::now());
-        if let Err(l) = &admitted {
-            self.limited.inc(l.limit);
-        }
-        admitted.map(|counted| {
-            counted.then(|| ActiveRun {
-                limits: self.clone(),
-                owner,
-            })
-        })
+        let counted = self
+            .admit_at(owner, Instant::now(), checks)
+            .map_err(|l| self.refused(l))?;
+        Ok(counted.then(|| ActiveRun {
+            limits: self.clone(),
+            owner,
+        }))
     }
 
-    /// [`Self::admit`] at `now`, without the metric: `Ok(true)` when the run was counted as
-    /// active (its [`ActiveRun`] must give it back).
-    fn admit_at(&self, owner: Owner, now: Instant) -> Result<bool, Limited> {
-        let OwnerLimitSettings {
-            max_active,
-            per_minute,
-        } = self.settings;
+    /// Admits a run of `owner` at `now` under the limits `checks` names, without the metric:
+    /// `Ok(true)` when the run was counted as active (its [`ActiveRun`] must give it back).
+    fn admit_at(&self, owner: Owner, now: Instant, checks: Checks) -> Result<bool, Limited> {
+        let max_active = if checks.active {
+            self.settings.max_active
+        } else {
+            0
+        };
+        // The bucket's size: what a full bucket holds, whether the rate is checked here or not.
+        let per_minute = self.settings.per_minute;
         let mut table = self.table.lock();
         table.make_room(now, per_minute);
         let full = f64::from(per_minute);
@@ -170,7 +226,7 @@ impl OwnerLimits {
                 retry_after: ACTIVE_RETRY_AFTER,
             });
         }
-        if per_minute > 0 {
+        if checks.rate && per_minute > 0 {
             refill(entry, now, per_minute);
             if entry.tokens < 1.0 {
                 // The time the bucket takes to refill the rest of one token.

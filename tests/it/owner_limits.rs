@@ -2,8 +2,9 @@
 //! record request over either is answered `429 too_many_runs` or `429 rate_limited` with
 //! `Retry-After`, is counted in `tether_owner_limited_total{limit}`, and never reaches the
 //! backend; another owner is not affected; an owner whose run ended may start another; a retry
-//! that joins its run is not a new run; and either limit with `[auth] subject = "none"` is an
-//! invalid configuration naming its key. (The token bucket's refill is tested on a clock of its
+//! that joins its run is not a new run; with a shared journal the rate's bucket is one for every
+//! replica (runs going are counted per replica); and either limit with `[auth] subject = "none"`
+//! is an invalid configuration naming its key. (The token bucket's refill is tested on a clock of its
 //! own in `src/state/owner_limits/tests.rs`.)
 
 use serde_json::{json, Value};
@@ -28,11 +29,13 @@ async fn record(
 
 /// Reads a refusal: its status, error code and `Retry-After` (seconds).
 async fn refusal(mut r: Resp) -> (u16, String, u64) {
-    let retry_after = r
-        .header("retry-after")
-        .map(|v| v.parse().expect("Retry-After in seconds"))
-        .expect("a Retry-After header");
-    let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+    let retry_after = r.header("retry-after").map(|v| v.parse::<u64>());
+    let status = r.status;
+    let body = r.body_to_end().await;
+    let Some(Ok(retry_after)) = retry_after else {
+        panic!("{status} without a Retry-After in seconds: {body:?}");
+    };
+    let v: Value = serde_json::from_slice(&body).unwrap();
     assert!(v["message"].is_string(), "{v}");
     (
         r.status,
@@ -57,8 +60,14 @@ async fn gated_backend(gates: &[(&'static str, Gate)]) -> Backend {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_active_limit_a_turn_gets_429_too_many_runs_and_nothing_is_forwarded() {
-    let (a1, a2, b1) = (Gate::default(), Gate::default(), Gate::default());
-    let be = gated_backend(&[("a1", a1.clone()), ("a2", a2.clone()), ("b1", b1.clone())]).await;
+    let [a1, a2, a4, b1] = [(); 4].map(|_| Gate::default());
+    let be = gated_backend(&[
+        ("a1", a1.clone()),
+        ("a2", a2.clone()),
+        ("a4", a4.clone()),
+        ("b1", b1.clone()),
+    ])
+    .await;
     let tether = sidecar(
         be.addr,
         "[auth]\nsubject = \"header:X-User\"\n[limits]\nmax_active_runs_per_owner = 2\n",
@@ -104,7 +113,7 @@ async fn over_the_active_limit_a_turn_gets_429_too_many_runs_and_nothing_is_forw
         ("STREAM_END", &json!(true))
     );
     let mut fourth = record(&tether, ALICE, "a4", &[]).await;
-    assert_eq!(fourth.status, 200);
+    assert_eq!(fourth.frame().await.unwrap().ty(), "STREAM_SNAPSHOT");
     let refused = record(&tether, ALICE, "a5", &[]).await;
     assert_eq!(refusal(refused).await.1, "too_many_runs");
     assert_eq!(be.requests.lock().len(), 4);
@@ -120,7 +129,7 @@ async fn over_the_active_limit_a_turn_gets_429_too_many_runs_and_nothing_is_forw
             .await,
         0.0
     );
-    for g in [&a2, &b1] {
+    for g in [&a2, &a4, &b1] {
         g.open();
     }
     for r in [&mut second, &mut retry, &mut bobs, &mut fourth] {
@@ -174,6 +183,58 @@ async fn over_the_rate_limit_a_turn_gets_429_rate_limited_with_retry_after() {
             .await,
         0.0
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_shared_journal_the_rate_limit_holds_across_replicas() {
+    let redis = RedisServer::start();
+    let be = turn_backend(turn(2), None).await;
+    let extra = "[auth]\nsubject = \"header:X-User\"\nsecret = \"shared-secret\"\n\
+                 [limits]\nmax_runs_per_owner_per_minute = 2\n";
+    let a = replica(be.addr, &redis, "a", extra).await;
+    let b = replica(be.addr, &redis, "b", extra).await;
+    // One of Alice's two runs a minute on each replica.
+    for (tether, id) in [(&a, "a1"), (&b, "b1")] {
+        let mut r = record(tether, ALICE, id, &[]).await;
+        assert_eq!(
+            r.frames_to_end().await.pop().unwrap().json["persisted"],
+            json!(true)
+        );
+    }
+    // Her third is refused on either.
+    for (tether, id) in [(&a, "a2"), (&b, "b2")] {
+        let (status, code, retry_after) = refusal(record(tether, ALICE, id, &[]).await).await;
+        assert_eq!((status, code.as_str()), (429, "rate_limited"));
+        assert!(
+            (1..=30).contains(&retry_after),
+            "Retry-After: {retry_after}"
+        );
+        assert_eq!(
+            tether
+                .metric("tether_owner_limited_total{limit=\"rate\"}")
+                .await,
+            1.0
+        );
+    }
+    // Bob's bucket is his own.
+    let mut bobs = record(&b, BOB, "c1", &[]).await;
+    assert_eq!(
+        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
+        json!(true)
+    );
+    assert_eq!(
+        be.requests.lock().len(),
+        3,
+        "the refused turns were not forwarded"
+    );
+    // One key per owner, under the owner's hash (never the subject), expiring within a minute.
+    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*"]);
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    for k in &keys {
+        assert!(!k.contains("alice") && !k.contains("bob"), "{k}");
+        let ttl: i64 = redis.query(&["PTTL", k]);
+        assert!((1..=60_000).contains(&ttl), "{k}: {ttl}");
+    }
 }
 
 #[test]
