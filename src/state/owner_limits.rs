@@ -6,14 +6,15 @@
 //! The table is bounded: an owner has an entry only while it has a run going or a bucket not yet
 //! full again; entries that are neither are dropped when a run ends and by a sweep as the table
 //! grows, and past [`MAX_OWNERS`] the idle owners' partly spent buckets are forgotten (in their
-//! favour). Counting is per replica: with a shared journal each replica enforces the limits on
-//! its own.
+//! favour). This is one replica's count; with a shared journal the rate's bucket is the
+//! journal's instead (the chats room asks it first), and runs going stay counted here.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
+use tokio::time::Instant;
 
 use crate::metrics::{label_enum, Counters, Metrics};
 use crate::state::auth::Owner;
