@@ -13,6 +13,7 @@
 //! through the shared journal's recorder whose writer is spawned here ([`live`]), then named by
 //! its aliases. Every answer is a named type ([`Found`]), never a tuple.
 
+pub mod admin;
 pub mod keys;
 pub mod live;
 pub mod stop;

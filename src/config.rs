@@ -6,6 +6,7 @@
 //! an invalid configuration is a [`ConfigError`] naming the key, and `main` exits with status 64.
 
 mod accounting;
+mod admin_token;
 mod cors;
 mod drop_in;
 mod duration;
@@ -25,6 +26,7 @@ pub use crate::journal::DEFAULT_WINDOW;
 pub use crate::error::ConfigError;
 pub use crate::vocab::kinds::DialectKind;
 pub use accounting::{AccountingConf, AccountingSettings, WebhookSettings};
+pub use admin_token::{AdminToken, ADMIN_TOKEN_ENV};
 pub use cors::{CorsConf, CorsSettings, Origins};
 pub use file::{
     parse_file, AuthConf, Dur, FileConf, JournalConf, LimitsConf, RecorderConf, ServerConf,
@@ -95,6 +97,8 @@ pub struct Config {
     pub cors: Option<CorsSettings>,
     /// `[accounting]`: the run records' webhook and the OTLP trace endpoint.
     pub accounting: AccountingSettings,
+    /// The admin API's bearer token; `None`: the admin API is off.
+    pub admin_token: Option<AdminToken>,
 }
 
 /// The raw record's settings, derived from the routes that read it.

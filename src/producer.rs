@@ -191,6 +191,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     };
     let Live { run, guard, naming } = chats.go_live(pending, run_id, &recording, &header);
     let scope = naming.scope().clone();
+    run.labels().set_route(&route);
     let Rules {
         format,
         commit,
@@ -231,6 +232,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         route: &route,
         scope: &scope,
         run_id: run.id(),
+        labels: run.labels(),
         counted: false,
     };
     if let Some(kind) = known {

@@ -56,6 +56,9 @@ pub struct ServerConf {
     pub tls_cert: Option<std::path::PathBuf>,
     /// PEM file of that certificate's private key (`--tls-key`).
     pub tls_key: Option<std::path::PathBuf>,
+    /// A file holding the bearer token of the admin API on the admin listener (`--admin-token`;
+    /// `TETHER_ADMIN_TOKEN` gives the token itself instead); unset: the admin API is off.
+    pub admin_token: Option<std::path::PathBuf>,
     /// `[server.cors]`: pages on other origins reading tether's own answers.
     pub cors: CorsConf,
 }
@@ -78,6 +81,7 @@ impl Default for ServerConf {
             serve_client: None,
             tls_cert: None,
             tls_key: None,
+            admin_token: None,
             cors: CorsConf::default(),
         }
     }

@@ -64,6 +64,10 @@ pub struct Flags {
     /// Admin listen address for /metrics, /healthz, /readyz [default: 127.0.0.1:9090].
     #[arg(long, env = "TETHER_ADMIN")]
     pub admin: Option<String>,
+    /// A file holding the admin API's bearer token (at least 16 bytes; TETHER_ADMIN_TOKEN gives
+    /// the token itself instead) [default: the admin API is off].
+    #[arg(long, env = "TETHER_ADMIN_TOKEN_FILE")]
+    pub admin_token: Option<PathBuf>,
     /// Replay window, events per run [default: 4096].
     #[arg(long, env = "TETHER_WINDOW")]
     pub window: Option<usize>,
@@ -195,6 +199,9 @@ impl Flags {
         }
         if let Some(v) = &self.admin {
             file.server.admin = v.clone();
+        }
+        if let Some(v) = &self.admin_token {
+            file.server.admin_token = Some(v.clone());
         }
         if let Some(v) = &self.tls_cert {
             file.server.tls_cert = Some(v.clone());

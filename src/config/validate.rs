@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use super::{
-    accounting, addr, default_routes, err, flags_secret, journal, paired, raw_record, route,
-    Config, CorsSettings, FileConf, LimitsConf, RecorderConf, ServerConf, Subject, UpstreamConf,
-    UpstreamUrl, ORIGINS_KEY,
+    accounting, addr, admin_token, default_routes, err, flags_secret, journal, paired, raw_record,
+    route, Config, CorsSettings, FileConf, LimitsConf, RecorderConf, ServerConf, Subject,
+    UpstreamConf, UpstreamUrl, ADMIN_TOKEN_ENV, ORIGINS_KEY,
 };
 use crate::error::ConfigError;
 
@@ -53,6 +53,10 @@ impl FileConf {
         let journal = journal::journal(&self.journal)?;
         let cors = CorsSettings::check(&self.server.cors, ORIGINS_KEY)?;
         let accounting = accounting::accounting(&self.accounting)?;
+        let admin_token = admin_token::admin_token(
+            std::env::var(ADMIN_TOKEN_ENV).ok(),
+            self.server.admin_token.as_deref(),
+        )?;
         let secret_configured = flags_secret().is_some() || !self.auth.secret.is_empty();
         let secret = match (&flags_secret(), self.auth.secret.as_str()) {
             (Some(s), _) => s.clone().into_bytes(),
@@ -76,6 +80,7 @@ impl FileConf {
             journal,
             cors,
             accounting,
+            admin_token,
         })
     }
 }

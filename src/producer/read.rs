@@ -15,7 +15,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{Event, FormatKind};
 use crate::stall::{Stall, Stalled};
 use crate::state::registry::Registry;
-use crate::state::run::Run;
+use crate::state::run::{Labels, Run};
 use crate::vocab::end::EndReason;
 use crate::vocab::{RunId, Scope};
 
@@ -218,6 +218,8 @@ pub(super) struct Started<'a> {
     /// The chat's scope (logged as its chat).
     pub(super) scope: &'a Scope,
     pub(super) run_id: &'a RunId,
+    /// The run's labels: its format is set with the count.
+    pub(super) labels: &'a Labels,
     pub(super) counted: bool,
 }
 
@@ -227,6 +229,7 @@ impl Started<'_> {
         if std::mem::replace(&mut self.counted, true) {
             return;
         }
+        self.labels.set_format(kind);
         self.metrics
             .runs_started
             .with_label_values(&[self.route, kind.as_str()])

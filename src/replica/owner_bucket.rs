@@ -8,9 +8,10 @@ use super::{scripts, timed, Replica};
 use crate::state::auth::Owner;
 
 impl Replica {
-    /// The key of `owner`'s shared bucket.
+    /// The key of `owner`'s shared bucket (a per-owner limit needs a subject, so the owner has
+    /// a hash; without one every caller would share the key `tj:{own:}:bucket`).
     fn bucket_key(owner: &Owner) -> String {
-        format!("tj:{{own:{}}}:bucket", owner.hex())
+        format!("tj:{{own:{}}}:bucket", owner.hex().unwrap_or_default())
     }
 
     /// Takes one run from `owner`'s shared bucket of `per_minute` runs: `None` when taken, else

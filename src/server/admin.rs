@@ -1,5 +1,6 @@
-//! The admin listener: `GET /metrics` (Prometheus text), `GET /healthz` (alive) and
-//! `GET /readyz` (serving; 503 while draining).
+//! The admin listener: `GET /metrics` (Prometheus text), `GET /healthz` (alive),
+//! `GET /readyz` (serving; 503 while draining) and, with an admin token, the admin API
+//! under `/admin/` ([`api`]).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,6 +13,11 @@ use pingora_core::server::ShutdownWatch;
 
 use super::small_app::{finish, respond};
 use crate::proxy::Shared;
+
+pub mod api;
+
+/// The most request body the admin listener reads (and drops) before it answers.
+const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// The admin HTTP app.
 pub struct Admin {
@@ -60,6 +66,28 @@ impl HttpServerApp for Admin {
         }
         let path = s.req_header().uri.path().to_string();
         let get = s.req_header().method == http::Method::GET;
+        if let (true, Some(token)) = (path.starts_with("/admin/"), &self.shared.cfg.admin_token) {
+            if !drain_body(&mut s).await {
+                return None;
+            }
+            let h = s.req_header();
+            let auth = h.headers.get_all("authorization");
+            let authorization = match auth.iter().count() {
+                1 => auth.iter().next().map(|v| v.as_bytes()),
+                _ => None,
+            };
+            let req = api::AdminRequest {
+                method: &h.method,
+                path: &path,
+                query: h.uri.query(),
+                authorization,
+            };
+            let a = api::serve(&self.shared.chats, token, &req).await;
+            if !respond(&mut s, a.status, "application/json", a.body).await {
+                return None;
+            }
+            return finish(s).await;
+        }
         let ok = match (get, path.as_str()) {
             (true, "/metrics") => {
                 let text = self.metrics_text();
@@ -89,5 +117,23 @@ impl HttpServerApp for Admin {
             return None;
         }
         finish(s).await
+    }
+}
+
+/// Reads and drops an admin request's body; false when it is over [`MAX_ADMIN_BODY`] or
+/// cannot be read (the connection is then closed).
+async fn drain_body(s: &mut ServerSession) -> bool {
+    let mut seen = 0;
+    loop {
+        match s.read_request_body().await {
+            Ok(Some(chunk)) => {
+                seen += chunk.len();
+                if seen > MAX_ADMIN_BODY {
+                    return false;
+                }
+            }
+            Ok(None) => return true,
+            Err(_) => return false,
+        }
     }
 }

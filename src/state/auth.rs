@@ -25,18 +25,16 @@ impl Owner {
         self.0.as_ref().map_or(&[], |h| h.as_bytes())
     }
 
-    /// The owner's hash in hex (empty when auth is off): a key in the shared journal, never the
-    /// subject.
-    pub fn hex(&self) -> String {
-        self.0
-            .as_ref()
-            .map_or_else(String::new, |h| h.to_hex().to_string())
-    }
-
     /// An owner whose hash is that of `subject` (unkeyed; for tests).
     #[cfg(test)]
     pub fn of(subject: &[u8]) -> Owner {
         Owner(Some(blake3::hash(subject)))
+    }
+
+    /// The owner's keyed hash in hex (what the admin API shows for an owner; the subject itself
+    /// is never kept), or `None` when auth is off.
+    pub fn hex(&self) -> Option<String> {
+        self.0.as_ref().map(|h| h.to_hex().to_string())
     }
 
     /// Whether `other` is the same owner; constant time in the hash.
@@ -99,6 +97,15 @@ impl Auth {
         }
     }
 
+    /// The owner a caller whose subject is `subject` is (the admin API's owner filter and
+    /// erasure), or `None` when auth is off (every caller is then one owner).
+    pub fn owner_of(&self, subject: &[u8]) -> Option<Owner> {
+        match (&self.subject, subject.is_empty()) {
+            (Subject::None, _) | (_, true) => None,
+            _ => Some(Owner(Some(blake3::keyed_hash(&self.key, subject)))),
+        }
+    }
+
     /// An authenticator for `subject` whose key is derived from `secret`: every replica that
     /// shares the secret derives the same owners (a shared journal needs that).
     pub fn with_secret(subject: Subject, secret: &[u8]) -> Self {
@@ -113,6 +120,16 @@ impl Auth {
         match &owner.0 {
             None => Scope::from(chat_id.as_str()),
             Some(h) => Scope::from(format!("{}/{chat_id}", h.to_hex())),
+        }
+    }
+
+    /// The chat id of `scope`, a scope [`Auth::scope`] made for `owner`.
+    pub fn chat_of<'s>(owner: &Owner, scope: &'s Scope) -> &'s str {
+        let s = scope.as_str();
+        match &owner.0 {
+            None => s,
+            // 64 hex digits and the `/`.
+            Some(_) => s.get(65..).unwrap_or(s),
         }
     }
 

@@ -488,6 +488,9 @@ impl Registry {
 }
 
 pub mod idempotency;
+mod listing;
 mod retention;
+
+pub use listing::{Erased, Held};
 #[cfg(test)]
 mod tests;

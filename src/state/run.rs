@@ -59,6 +59,8 @@ pub struct Run {
     journaled: AtomicBool,
     /// Who recorded the run: bound once (see [`Run::bind_owner`]), never changed.
     owner: OnceLock<Owner>,
+    /// Its route, format and wall-clock start, for the admin API.
+    labels: Labels,
 }
 
 impl Run {
@@ -91,6 +93,7 @@ impl Run {
             mirror: AtomicBool::new(false),
             journaled: AtomicBool::new(false),
             owner: OnceLock::new(),
+            labels: Labels::new(),
         }
     }
 
@@ -100,6 +103,16 @@ impl Run {
     /// Returns whether the run is `owner`'s.
     pub fn bind_owner(&self, owner: Owner) -> bool {
         self.owner.get_or_init(|| owner).is(&owner)
+    }
+
+    /// Who recorded the run, once bound.
+    pub fn owner(&self) -> Option<Owner> {
+        self.owner.get().copied()
+    }
+
+    /// The run's route, format and wall-clock start.
+    pub fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     /// Whether the run was recorded for `owner` (false while it is bound to no one).
@@ -372,5 +385,8 @@ impl Drop for ObserverGuard {
     }
 }
 
+mod labels;
 #[cfg(test)]
 mod tests;
+
+pub use labels::Labels;

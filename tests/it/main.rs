@@ -7,6 +7,7 @@
 mod support;
 
 mod accounting;
+mod admin;
 mod attach;
 mod capacity;
 mod chaos;

@@ -41,6 +41,8 @@ pub enum Code {
     Unauthenticated,
     /// 404: the chat has no such run (also what another owner's chat gets).
     NoRun,
+    /// 404: the admin API has no such route (or is off).
+    NotFound,
     /// 405: a write to a read-only Durable Stream.
     MethodNotAllowed,
     /// 410: a Durable Streams offset names events (or a run) no longer kept.
@@ -93,6 +95,7 @@ impl Code {
             Code::InvalidCancelRequestId => "invalid_cancel_request_id",
             Code::Unauthenticated => "unauthenticated",
             Code::NoRun => "no_run",
+            Code::NotFound => "not_found",
             Code::MethodNotAllowed => "method_not_allowed",
             Code::OffsetGone => "offset_gone",
             Code::TurnAlreadyRunning => "turn_already_running",
@@ -115,7 +118,7 @@ impl Code {
     pub fn status(self) -> u16 {
         match self {
             Code::Unauthenticated => 401,
-            Code::NoRun => 404,
+            Code::NoRun | Code::NotFound => 404,
             Code::MethodNotAllowed => 405,
             Code::OffsetGone => 410,
             Code::TurnAlreadyRunning | Code::IdempotencyKeyInUse => 409,
