@@ -12,7 +12,7 @@
 //! most once a second) plus a periodic [`Registry::sweep`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::journal::tally::Share;
 use crate::state::auth::{Auth, Owner};
 use crate::state::run::Run;
 use crate::vocab::{RunId, Scope};
@@ -115,8 +116,8 @@ pub struct Registry {
     max_chats: usize,
     epoch: Instant,
     last_sweep_ms: AtomicU64,
-    runs: AtomicUsize,
-    bytes: AtomicI64,
+    /// Runs held and the bytes they record.
+    totals: totals::Totals,
     /// Told about every eviction (the sidecar counts them in its metrics).
     on_evict: EvictHook,
 }
@@ -189,8 +190,7 @@ impl Registry {
             max_chats,
             epoch: Instant::now(),
             last_sweep_ms: AtomicU64::new(0),
-            runs: AtomicUsize::new(0),
-            bytes: AtomicI64::new(0),
+            totals: totals::Totals::default(),
             on_evict: EvictHook::default(),
         })
     }
@@ -220,6 +220,7 @@ impl Registry {
         admit: Admission,
     ) -> Result<Pending, Busy> {
         self.maybe_sweep();
+        self.keep_max_chats();
         let mut chat = self
             .chats
             .entry(scope.clone())
@@ -288,7 +289,7 @@ impl Registry {
             superseded
         };
         self.index(&pending.owner, run.id(), &pending.scope, &run);
-        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.totals.admit(&run);
         self.notify();
         superseded
     }
@@ -347,8 +348,10 @@ impl Registry {
             }
         }
         self.index(&owner, run.id(), scope, &run);
-        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.totals.admit(&run);
         self.notify();
+        // After it joined: a mirror of a run that has ended is one of the completed chats.
+        self.keep_max_chats();
     }
 
     /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
@@ -426,6 +429,14 @@ impl Registry {
         found
     }
 
+    /// A run produced here ended: its chat may now be one too many of those whose runs have all
+    /// completed (`max_chats` holds as runs end, not only at the next sweep), and every
+    /// subscriber is woken.
+    pub fn ended(&self) {
+        self.keep_max_chats();
+        self.notify();
+    }
+
     /// Wakes every subscriber (a producer calls this when its run ended).
     pub fn notify(&self) {
         self.live.send_modify(|v| *v += 1);
@@ -441,19 +452,21 @@ impl Registry {
         self.live.receiver_count()
     }
 
-    /// Accounts `delta` bytes recorded (or released by a sliding window).
-    pub fn add_bytes(&self, delta: isize) {
-        self.bytes.fetch_add(delta as i64, Ordering::Relaxed);
+    /// A share of the recorded bytes, for bytes a run holds outside its journal (its
+    /// remembered ids); what it counts is taken back out when it is dropped.
+    pub fn share_bytes(&self) -> Share {
+        self.totals.share()
     }
 
-    /// Bytes held by the windows and histories of every run in the registry.
+    /// Bytes held by the windows and histories of every run in the registry (local runs and
+    /// mirrors alike), and by the shares of [`Self::share_bytes`].
     pub fn recorded_bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed).max(0) as usize
+        self.totals.bytes()
     }
 
     /// Runs held (active and completed).
     pub fn run_count(&self) -> usize {
-        self.runs.load(Ordering::Relaxed)
+        self.totals.runs()
     }
 
     /// Every run still reading its upstream.
@@ -482,8 +495,7 @@ impl Registry {
             self.ids
                 .remove_if(&key, |_, (_, r)| std::ptr::eq(Arc::as_ptr(r), run));
         }
-        self.runs.fetch_sub(1, Ordering::Relaxed);
-        self.bytes.fetch_sub(run.bytes() as i64, Ordering::Relaxed);
+        self.totals.release(run);
     }
 }
 
@@ -491,3 +503,6 @@ pub mod idempotency;
 mod retention;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_totals;
+mod totals;
