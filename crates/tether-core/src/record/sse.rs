@@ -28,53 +28,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+pub use buffers::SPARE;
+use buffers::{allocated, exact, release, reserve_within};
+
 const BOM: &[u8] = b"\xEF\xBB\xBF";
-
-/// Spare capacity a buffer may keep (uncounted while it holds nothing) or hand out with what it
-/// holds; beyond it a buffer is let go, or its bytes moved to an allocation of their own size.
-pub const SPARE: usize = 4096;
-
-/// `b`'s bytes in an allocation of their own size when `b` has more than [`SPARE`] bytes to
-/// spare (moved, not copied, when `b` owns its whole allocation).
-fn exact(b: BytesMut) -> Bytes {
-    if b.capacity() - b.len() <= SPARE {
-        return b.freeze();
-    }
-    let mut v = Vec::from(b);
-    v.shrink_to_fit();
-    Bytes::from(v)
-}
-
-/// Empties `b`, letting its allocation go when it is bigger than [`SPARE`].
-fn release(b: &mut BytesMut) {
-    if b.capacity() > SPARE {
-        *b = BytesMut::new();
-    } else {
-        b.clear();
-    }
-}
-
-/// Makes room for `more` bytes in `b`, growing by half (so at most a third of what it has
-/// allocated is spare), but never past `limit` unless more is needed.
-fn reserve_within(b: &mut BytesMut, more: usize, limit: usize) {
-    let need = b.len() + more;
-    if need <= b.capacity() {
-        return;
-    }
-    let grown = b.capacity() + b.capacity() / 2;
-    let target = grown.max(need).max(64).min(limit.max(need));
-    let mut grown = BytesMut::with_capacity(target);
-    grown.extend_from_slice(b);
-    *b = grown;
-}
-
-/// What `b` has allocated, when it holds anything (an empty buffer keeps at most [`SPARE`]).
-fn allocated(b: &BytesMut) -> usize {
-    match b.is_empty() {
-        true => 0,
-        false => b.capacity(),
-    }
-}
 
 /// One dispatched SSE event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -512,5 +469,8 @@ impl Decoder {
 /// An SSE comment line pair, used for heartbeats: `: keepalive\n\n`.
 pub const KEEPALIVE: &[u8] = b": keepalive\n\n";
 
+mod buffers;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_memory;
