@@ -1,6 +1,7 @@
 //! Tests of the registry.
 
 use super::*;
+use crate::state::auth::Owner;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn reg(retention: Duration, max_chats: usize) -> Arc<Registry> {

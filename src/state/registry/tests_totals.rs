@@ -6,6 +6,7 @@ use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
 use crate::record::format::{agui::Agui, Event, Format};
 use crate::record::sse::SseEvent;
+use crate::state::auth::Owner;
 
 const ANY: Owner = Owner::NONE;
 
