@@ -185,11 +185,6 @@ impl Chats {
     pub fn make_room(&self, max_runs: usize, max_bytes: usize) -> bool {
         self.registry.make_room(max_runs, max_bytes)
     }
-
-    /// Accounts `delta` bytes recorded into a run outside a producer (an annotation).
-    pub fn add_bytes(&self, delta: isize) {
-        self.registry.add_bytes(delta);
-    }
 }
 
 /// One caller's chat, as a request names it: the owner and the chat's scope.

@@ -280,7 +280,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     m.runs_active.dec();
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
-    chats.registry().notify();
+    chats.registry().ended();
     // Any other end drops the tee: the requester's stream is cut.
     if let (true, Some(tee)) = (clean, tee) {
         tee.end_clean();

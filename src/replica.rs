@@ -111,7 +111,7 @@ fn chat_key(scope: &Scope) -> String {
 
 /// The id-index key of a run id or alias for `owner`.
 fn id_key(owner: &Owner, id: &RunId) -> String {
-    format!("tj:{{i:{}}}:id", tag(&Auth::id_key(owner, id)))
+    format!("tj:{{i:{}}}:id", tag(Auth::id_key(owner, id).as_str()))
 }
 
 label_enum! {

@@ -14,7 +14,6 @@ use crate::ingest::{Ending, Ingest};
 use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{Event, FormatKind};
 use crate::stall::{Stall, Stalled};
-use crate::state::registry::Registry;
 use crate::state::run::{Labels, Run};
 use crate::vocab::end::EndReason;
 use crate::vocab::{RunId, Scope};
@@ -49,8 +48,9 @@ pub(super) async fn read(
     started: &mut Started<'_>,
     naming: &Naming,
 ) -> ReadEnd {
-    let registry = naming.registry();
-    let mut ids = HeldIds { registry, bytes: 0 };
+    // The run's remembered ids (`ids = "unique"`) are counted in the recorded bytes while its
+    // upstream is read, and given back when the read ends (they are not needed after it).
+    let mut ids = naming.registry().share_bytes();
     let m = started.metrics;
     let mut batch: Vec<Event> = Vec::new();
     // Built once: a stop or the deadline is noticed without re-arming them per read.
@@ -140,8 +140,8 @@ pub(super) async fn read(
             started.count(kind);
         }
         m.upstream_events.inc_by(batch.len() as u64);
+        // The journal counts what it holds in the registry's recorded bytes itself.
         let appended = run.append_raw(&batch, ingest.take_raw());
-        registry.add_bytes(appended.bytes);
         ids.set(ingest.held_bytes());
         if appended.events < batch.len() {
             m.events_dropped
@@ -153,7 +153,7 @@ pub(super) async fn read(
     };
     let clean = match ending {
         Ending::Clean => true,
-        Ending::Stopped(_) => tell_stop(run, ingest, tee.as_ref(), registry),
+        Ending::Stopped(_) => tell_stop(run, ingest, tee.as_ref()),
         Ending::Failed(_) => false,
     };
     if ingest.finish() && ending == Ending::Clean {
@@ -171,42 +171,17 @@ pub(super) async fn read(
 /// the run reads them, and queued for the legacy requester when the upstream stopped between
 /// two events. Returns whether the requester's copy (if any) may then end cleanly; false for a
 /// format with no such event, whose readers' streams are cut as before.
-fn tell_stop(run: &Run, ingest: &mut Ingest, tee: Option<&Tee>, registry: &Registry) -> bool {
+fn tell_stop(run: &Run, ingest: &mut Ingest, tee: Option<&Tee>) -> bool {
     let mut batch = Vec::new();
     let Some(told) = ingest.stop(&mut batch) else {
         return false;
     };
     if !batch.is_empty() {
-        let appended = run.append_raw(&batch, ingest.take_raw());
-        registry.add_bytes(appended.bytes);
+        run.append_raw(&batch, ingest.take_raw());
     }
     match tee {
         Some(t) => told.clean && t.send(told.bytes).is_ok(),
         None => true,
-    }
-}
-
-/// The bytes a run's remembered ids hold (`ids = "unique"`), counted in the registry's recorded
-/// bytes while its upstream is read and given back when the read ends (the ids are not needed
-/// after it).
-struct HeldIds<'a> {
-    registry: &'a Registry,
-    bytes: usize,
-}
-
-impl HeldIds<'_> {
-    fn set(&mut self, bytes: usize) {
-        if bytes != self.bytes {
-            self.registry
-                .add_bytes(bytes as isize - self.bytes as isize);
-            self.bytes = bytes;
-        }
-    }
-}
-
-impl Drop for HeldIds<'_> {
-    fn drop(&mut self) {
-        self.set(0);
     }
 }
 

@@ -35,8 +35,8 @@ impl Sidecar {
             data: Bytes::from(event),
             id: None,
         });
-        let appended = run.append(&[event]);
-        s.chats.add_bytes(appended.bytes);
+        // The run's journal counts the event in the recorded bytes itself.
+        run.append(&[event]);
         info!("run {}: resolution recorded", run.id());
         Ok(reply)
     }

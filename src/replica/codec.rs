@@ -104,10 +104,12 @@ pub fn decode_batch(mut b: Bytes) -> Option<Batch> {
     let n = (b.remaining() >= 4).then(|| b.get_u32_le())? as usize;
     for _ in 0..n {
         let flags = *take(&mut b, 1)?.first()?;
-        let bytes = get_bytes(&mut b)?;
+        // Raw frames outlive the batch (the raw record keeps them): each in an allocation of
+        // its own, so they never keep the whole batch's buffer alive.
+        let bytes = Bytes::copy_from_slice(&get_bytes(&mut b)?);
         let id = match flags & RAW_ID {
             0 => None,
-            _ => Some(get_bytes(&mut b)?),
+            _ => Some(Bytes::copy_from_slice(&get_bytes(&mut b)?)),
         };
         let cursor = match flags & RAW_CURSOR {
             0 => None,

@@ -123,6 +123,12 @@ impl Journal for Recorder {
     fn held_bytes(&self) -> usize {
         self.0.inner.held_bytes()
     }
+    fn join_tally(&self, tally: &crate::journal::tally::Tally) -> bool {
+        self.0.inner.join_tally(tally)
+    }
+    fn leave_tally(&self) -> bool {
+        self.0.inner.leave_tally()
+    }
     fn subscribe(&self) -> watch::Receiver<u64> {
         self.0.inner.subscribe()
     }

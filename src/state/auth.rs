@@ -135,11 +135,23 @@ impl Auth {
 
     /// The id-index key of run id (or alias) `id` for `owner`: the same form as a scope, so an
     /// id is found only by the owner it was indexed for.
-    pub fn id_key(owner: &Owner, id: &RunId) -> String {
-        match &owner.0 {
+    pub fn id_key(owner: &Owner, id: &RunId) -> IdKey {
+        IdKey(match &owner.0 {
             None => id.to_string(),
             Some(h) => format!("{}/{id}", h.to_hex()),
-        }
+        })
+    }
+}
+
+/// A key of the registry's id index: a run id or alias scoped by the owner it was indexed for
+/// ([`Auth::id_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct IdKey(String);
+
+impl IdKey {
+    /// The key's text (what the shared journal's id keys are derived from).
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 }
 

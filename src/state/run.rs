@@ -20,7 +20,7 @@ use crate::dialect::{protocol1::Protocol1, Dialect};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
 use crate::record::format::Event;
-use crate::state::auth::Owner;
+use crate::state::auth::{IdKey, Owner};
 use crate::vocab::end::{End, EndReason};
 use crate::vocab::RunId;
 
@@ -46,7 +46,7 @@ pub struct Run {
     stop: Notify,
     stop_reason: Mutex<Option<EndReason>>,
     /// The registry's id-index keys of this run (its id and aliases), removed with it.
-    index_keys: Mutex<Vec<String>>,
+    index_keys: Mutex<Vec<IdKey>>,
     /// The run's first alias, when the backend named it.
     alias: Mutex<Option<RunId>>,
     /// The upstream's response header, replayed to verbatim readers.
@@ -158,12 +158,12 @@ impl Run {
     }
 
     /// Remembers a registry id-index key of this run.
-    pub fn add_index_key(&self, key: &str) {
-        self.index_keys.lock().push(key.to_string());
+    pub fn add_index_key(&self, key: &IdKey) {
+        self.index_keys.lock().push(key.clone());
     }
 
     /// The registry id-index keys of this run.
-    pub fn index_keys(&self) -> Vec<String> {
+    pub fn index_keys(&self) -> Vec<IdKey> {
         self.index_keys.lock().clone()
     }
 

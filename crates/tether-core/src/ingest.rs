@@ -189,9 +189,12 @@ impl Ingest {
             match d {
                 Decoded::Event(e) => {
                     if let (Some(field), Some(r)) = (&self.raw, raws.next()) {
+                        // The id in an allocation of its own: a slice of the upstream's read
+                        // would keep that whole read alive as long as the raw record.
+                        let id = e.id.as_deref().map(Bytes::copy_from_slice);
                         let (bytes, id) = match &mut self.unique {
-                            Some(u) => u.relay(r.bytes, e.id.clone()),
-                            None => (r.bytes, e.id.clone()),
+                            Some(u) => u.relay(r.bytes, id),
+                            None => (r.bytes, id),
                         };
                         self.raw_out.push(Frame {
                             bytes,

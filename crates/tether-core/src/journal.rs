@@ -8,6 +8,7 @@
 
 pub mod memory;
 pub mod raw;
+pub mod tally;
 pub mod window;
 
 use std::fmt::Debug;
@@ -157,6 +158,14 @@ pub trait Journal: Send + Sync + Debug {
     /// Bytes held by the window and the history.
     fn held_bytes(&self) -> usize;
 
+    /// Starts counting [`Self::held_bytes`] in `tally`, kept up to date under the journal's own
+    /// lock after every change (see [`tally`]). False when already counted in one.
+    fn join_tally(&self, tally: &tally::Tally) -> bool;
+
+    /// Stops counting in the tally joined, taking out exactly what was counted. False when not
+    /// counted.
+    fn leave_tally(&self) -> bool;
+
     /// A receiver woken after every batch of events, at the end, and by [`Journal::wake`].
     fn subscribe(&self) -> watch::Receiver<u64>;
 
@@ -199,6 +208,12 @@ impl<J: Journal> Journal for std::sync::Arc<J> {
     }
     fn held_bytes(&self) -> usize {
         (**self).held_bytes()
+    }
+    fn join_tally(&self, tally: &tally::Tally) -> bool {
+        (**self).join_tally(tally)
+    }
+    fn leave_tally(&self) -> bool {
+        (**self).leave_tally()
     }
     fn subscribe(&self) -> watch::Receiver<u64> {
         (**self).subscribe()

@@ -6,21 +6,14 @@
 
 use std::sync::Arc;
 
-use super::{Admission, Busy, Chat, Pending, Registry};
+use super::chat::{Chat, Key};
+use super::{Admission, Busy, Pending, Registry};
 use crate::state::auth::Owner;
 use crate::state::run::Run;
 use crate::vocab::{RunId, Scope};
 
 /// Keys a chat remembers at most (the oldest is dropped first).
 pub const MAX_KEYS: usize = 64;
-
-/// One remembered key.
-#[derive(Debug, Clone)]
-pub(super) struct Key {
-    key: String,
-    run_id: RunId,
-    body: [u8; 32],
-}
 
 /// A record request with an idempotency key, as the registry found its key.
 #[derive(Debug)]

@@ -70,8 +70,9 @@ impl Registry {
             gone.iter().for_each(|r| self.forget(r));
             chat.current.is_some() || !chat.older.is_empty() || chat.is_busy()
         });
-        let excess = self.idle_chats().len().saturating_sub(self.max_chats);
-        swept.capacity += self.evict_idle(excess, usize::MAX, usize::MAX);
+        let idle = self.idle_chats();
+        let excess = idle.len().saturating_sub(self.max_chats);
+        swept.capacity += self.evict_in(idle, excess, usize::MAX, usize::MAX);
         self.report(swept);
         swept
     }
@@ -113,12 +114,43 @@ impl Registry {
         order
     }
 
+    /// Evicts chats whose runs have all completed (in the fair order) beyond `max_chats`, as
+    /// a sweep does: called as a chat is made or adopted and as a run ends, so `max_chats` holds
+    /// then, not only at the next sweep. Cheap while no more chats than that are held at all.
+    /// Called with no chat entry held (an eviction locks other entries).
+    pub(super) fn keep_max_chats(&self) {
+        if self.chats.len() <= self.max_chats {
+            return;
+        }
+        let idle = self.idle_chats();
+        let excess = idle.len().saturating_sub(self.max_chats);
+        if excess == 0 {
+            return;
+        }
+        let capacity = self.evict_in(idle, excess, usize::MAX, usize::MAX);
+        self.report(Swept {
+            expired: 0,
+            capacity,
+        });
+    }
+
     /// Evicts idle chats in the fair order of [`Self::idle_chats`]: at least `count`, and then
     /// more while the run count or recorded bytes are at or over the given limits. Returns runs
     /// evicted.
     fn evict_idle(&self, count: usize, max_runs: usize, max_bytes: usize) -> usize {
+        self.evict_in(self.idle_chats(), count, max_runs, max_bytes)
+    }
+
+    /// [`Self::evict_idle`] over `order`, chats in eviction order.
+    fn evict_in(
+        &self,
+        order: Vec<Scope>,
+        count: usize,
+        max_runs: usize,
+        max_bytes: usize,
+    ) -> usize {
         let mut evicted = 0;
-        for (i, scope) in self.idle_chats().into_iter().enumerate() {
+        for (i, scope) in order.into_iter().enumerate() {
             let over = self.run_count() >= max_runs || self.recorded_bytes() >= max_bytes;
             if i >= count && !over {
                 break;

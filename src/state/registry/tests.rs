@@ -1,6 +1,8 @@
 //! Tests of the registry.
 
 use super::*;
+use crate::state::auth::Owner;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn reg(retention: Duration, max_chats: usize) -> Arc<Registry> {
     Registry::new(retention, max_chats)
@@ -252,9 +254,15 @@ fn beyond_max_chats_the_oldest_completion_goes_first() {
         // Completion instants are increasing; ties fall back to chat id order.
         live(&reg, c, c).finish(true, None);
     }
+    let evicted = Arc::new(AtomicUsize::new(0));
+    let e = evicted.clone();
+    reg.on_evict(move |s| {
+        e.fetch_add(s.capacity, Ordering::Relaxed);
+    });
+    // The next chat's registration evicts the one too many (no sweep needed).
     let _active = live(&reg, "c4", "c4");
-    let s = reg.sweep(Instant::now());
-    assert_eq!(s.capacity, 1);
+    assert_eq!(evicted.load(Ordering::Relaxed), 1);
+    assert_eq!(reg.sweep(Instant::now()).capacity, 0);
     assert!(reg.current(&Scope::from("c1"), &ANY).is_none());
     assert!(
         reg.current(&Scope::from("c2"), &ANY).is_some()
@@ -349,7 +357,7 @@ fn recorded_bytes_follow_appends_and_evictions() {
             id: None,
         },
     );
-    reg.add_bytes(run.append(&[ev]).bytes);
+    run.append(&[ev]);
     assert_eq!(reg.recorded_bytes(), run.bytes());
     run.finish(true, None);
     reg.sweep(Instant::now() + Duration::from_secs(1));

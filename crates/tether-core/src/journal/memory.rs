@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::raw::{Frame, RawLog, Seek};
+use super::tally::{Counted, Tally};
 use super::window::Window;
 use super::{Appended, CursorMiss, Journal, JsonRead, RawRead, Read, SeekBy, SnapshotCapture};
 use crate::frame::EventEncoder;
@@ -27,6 +28,8 @@ struct State {
     history: Compactor,
     end: Option<End>,
     raw: Option<RawLog>,
+    /// Where [`Self::held`] is counted (the registry's recorded bytes), if anywhere.
+    counted: Counted,
 }
 
 impl State {
@@ -34,6 +37,12 @@ impl State {
         self.window.allocated()
             + self.history.allocated()
             + self.raw.as_ref().map_or(0, RawLog::held)
+    }
+
+    /// Re-counts what the log holds in its tally: after every change to it, under the lock.
+    fn recount(&mut self) {
+        let held = self.held();
+        self.counted.update(held);
     }
 }
 
@@ -61,6 +70,7 @@ impl MemoryJournal {
                 history: Compactor::new(),
                 end: None,
                 raw: raw_cap.map(RawLog::new),
+                counted: Counted::default(),
             }),
             wake: watch::channel(0).0,
         }
@@ -91,6 +101,7 @@ impl MemoryJournal {
             st.window = Window::new(window, at + 1);
             st.history = history;
             st.raw = raw_cap.map(|cap| RawLog::starting_at(cap, raw_first, named));
+            st.recount();
         }
         j
     }
@@ -134,6 +145,7 @@ impl MemoryJournal {
                 }
             }
         }
+        st.recount();
         let head = st.head;
         drop(st);
         if n > 0 {
@@ -145,9 +157,14 @@ impl MemoryJournal {
     /// Takes over the log of `other` (a mirror re-seeded after a gap) and wakes readers: a
     /// reader behind the new window is reset by snapshot, as any lagged reader.
     pub fn replace_with(&self, other: MemoryJournal) {
-        let new = other.state.into_inner();
+        let mut new = other.state.into_inner();
         let head = new.head;
-        *self.state.lock() = new;
+        let mut st = self.state.lock();
+        // The tally this log is counted in stays; it counts the new log from now on.
+        new.counted = std::mem::take(&mut st.counted);
+        *st = new;
+        st.recount();
+        drop(st);
         self.wake.send_replace(head);
     }
 
@@ -177,6 +194,7 @@ impl Journal for MemoryJournal {
             raw.into_iter().for_each(|f| log.push(f));
         }
         let head = st.head;
+        st.recount();
         let appended = Appended {
             events: events.len(),
             bytes: st.held() as isize - before,
@@ -241,13 +259,16 @@ impl Journal for MemoryJournal {
 
     fn capture(&self) -> SnapshotCapture {
         let mut st = self.state.lock();
-        SnapshotCapture {
+        let cap = SnapshotCapture {
             seq: st.head,
             history: st.history.capture(),
             end: st.end.clone(),
             raw_end: st.raw.as_ref().map_or(0, RawLog::end),
             named: st.raw.as_ref().is_some_and(RawLog::named),
-        }
+        };
+        // Sealing the history's open block may change what it holds.
+        st.recount();
+        cap
     }
 
     fn read_raw(&self, from: u64, max: usize) -> Option<RawRead> {
@@ -302,6 +323,16 @@ impl Journal for MemoryJournal {
 
     fn held_bytes(&self) -> usize {
         self.state.lock().held()
+    }
+
+    fn join_tally(&self, tally: &Tally) -> bool {
+        let mut st = self.state.lock();
+        let held = st.held();
+        st.counted.join(tally, held)
+    }
+
+    fn leave_tally(&self) -> bool {
+        self.state.lock().counted.leave()
     }
 
     fn subscribe(&self) -> watch::Receiver<u64> {

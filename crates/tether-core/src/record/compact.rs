@@ -71,6 +71,12 @@ impl ByteLog {
     }
 }
 
+/// `b` in an allocation of its own size: the history never keeps a slice of an event's bytes,
+/// which would keep the whole upstream read (or a big event's buffer) alive.
+fn own(b: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(b)
+}
+
 /// The open merge group: the last event of the history, still able to take deltas.
 #[derive(Debug)]
 struct Open {
@@ -168,7 +174,7 @@ impl Compactor {
             if open.class == m.class && same_key && open.sub == m.sub {
                 self.log.push(&ev.json[m.delta.clone()]);
                 if let (Some((_, value)), Some(l)) = (&mut open.last, &m.last) {
-                    *value = ev.json.slice(l.value.clone());
+                    *value = own(&ev.json[l.value.clone()]);
                 }
                 return;
             }
@@ -186,7 +192,7 @@ impl Compactor {
         let (tail, last) = match &m.last {
             None => {
                 self.log.push(&json[..m.delta.end]);
-                (json.slice(m.delta.end..), None)
+                (own(&json[m.delta.end..]), None)
             }
             Some(l) => {
                 // The member leaves its place; the merged event carries it last, before the
@@ -195,7 +201,7 @@ impl Compactor {
                 let tail = if l.member.end <= m.delta.start {
                     self.log.push(&json[..l.member.start]);
                     self.log.push(&json[l.member.end..m.delta.end]);
-                    json.slice(m.delta.end..close)
+                    own(&json[m.delta.end..close])
                 } else {
                     self.log.push(&json[..m.delta.end]);
                     let mut t = BytesMut::with_capacity(close - m.delta.end);
@@ -203,13 +209,13 @@ impl Compactor {
                     t.extend_from_slice(&json[l.member.end..close]);
                     t.freeze()
                 };
-                let last = (json.slice(l.label.clone()), json.slice(l.value.clone()));
+                let last = (own(&json[l.label.clone()]), own(&json[l.value.clone()]));
                 (tail, Some(last))
             }
         };
         self.open = Some(Open {
             class: m.class,
-            key: json.slice(m.key.clone()),
+            key: own(&json[m.key.clone()]),
             sub: m.sub,
             tail,
             last,

@@ -15,12 +15,21 @@
 //! decoder never buffers more than the cap. [`Decoder::discard_partial`] drops the event being built the same way, for a
 //! caller whose memory budget has no room for it.
 //!
+//! Memory is counted as allocated, not as used ([`Decoder::buffered`]): its buffers grow by half
+//! (not doubling) and only up to the cap, a buffer with more than [`SPARE`] bytes of spare capacity is
+//! handed out in an allocation of its own size (a completed big event never pins the buffer it
+//! was read into), and a big buffer is let go, not cleared, once its event is dispatched or
+//! dropped, so an idle decoder keeps at most [`SPARE`] bytes per buffer.
+//!
 //! With [`Decoder::keep_raw`], the decoder also keeps each dispatched event's own frame (its
 //! `event`, `id` and `data` lines in their order, each ended by `\n`, then the blank line;
 //! comments, `retry` and unknown fields left out) for verbatim replay: [`Decoder::take_raw`]
 //! hands them out, one per [`Decoded::Event`], in order.
 
 use bytes::{BufMut, Bytes, BytesMut};
+
+pub use buffers::SPARE;
+use buffers::{allocated, exact, release, reserve_within};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
@@ -63,6 +72,16 @@ impl Data {
             Data::Empty => 0,
             Data::One(b) => b.len(),
             Data::Many(m) => m.len(),
+        }
+    }
+
+    /// Bytes allocated for it: a slice of one upstream chunk (or of a line in an allocation of
+    /// its own size) counts its length, a joined copy its capacity.
+    fn allocated(&self) -> usize {
+        match self {
+            Data::Empty => 0,
+            Data::One(b) => b.len(),
+            Data::Many(m) => m.capacity(),
         }
     }
 }
@@ -148,8 +167,14 @@ impl Decoder {
         self.last_id.as_ref()
     }
 
-    /// Bytes held for the event being decoded (the carried-over line and the data buffer).
+    /// Bytes allocated for the event being decoded: the carried-over line, the data buffer and
+    /// the raw frame being built, by capacity (what is allocated, not what is used).
     pub fn buffered(&self) -> usize {
+        allocated(&self.line) + self.data.allocated() + self.raw.as_ref().map_or(0, allocated)
+    }
+
+    /// Bytes of the event being decoded (the carried-over line and the data so far).
+    fn held(&self) -> usize {
         self.line.len() + self.data.len()
     }
 
@@ -162,12 +187,12 @@ impl Decoder {
     /// cap: decoding resumes after its blank line. For a caller whose memory budget has no room
     /// for it. Returns the bytes given up, or `None` when nothing was held.
     pub fn discard_partial(&mut self) -> Option<usize> {
-        let held = self.buffered();
+        let held = self.held();
         if held == 0 || self.discarding {
             return None;
         }
         self.discarding = true;
-        self.line.clear();
+        release(&mut self.line);
         self.reset_event();
         self.dropped += 1;
         Some(held)
@@ -193,6 +218,7 @@ impl Decoder {
                 // Bytes held back from earlier chunks become line content; this chunk's own
                 // bytes are scanned again from where the match began in it.
                 self.bom_matched = None;
+                reserve_within(&mut self.line, matched, self.max_event);
                 self.line.extend_from_slice(&BOM[..matched]);
                 self.line_nonempty = matched > 0;
                 pos -= m - matched;
@@ -245,7 +271,7 @@ impl Decoder {
         // Bytes held back as a possible byte-order mark are an unterminated line too.
         let bom_part = self.bom_matched.is_some_and(|m| m > 0);
         let pending = self.data_lines > 0 || self.line_nonempty || self.discarding || bom_part;
-        self.line.clear();
+        release(&mut self.line);
         self.line_nonempty = false;
         self.reset_event();
         self.discarding = false;
@@ -265,6 +291,8 @@ impl Decoder {
             self.start_discard(self.data.len() + self.line.len() + part.len(), out);
             return;
         }
+        let limit = self.max_event - self.data.len();
+        reserve_within(&mut self.line, part.len(), limit);
         self.line.extend_from_slice(part);
     }
 
@@ -290,9 +318,13 @@ impl Decoder {
                 self.line_nonempty = false;
                 return;
             }
+            let limit = self.max_event - self.data.len();
+            reserve_within(&mut self.line, end - start, limit);
             self.line.extend_from_slice(&chunk[start..end]);
             self.line_nonempty = false;
-            let line = self.line.split().freeze();
+            // The line goes with its allocation: what it is stored as never shares the next
+            // line's buffer, and a big one is in an allocation of its own size.
+            let line = exact(std::mem::take(&mut self.line));
             let n = line.len();
             self.process_line(&line, 0, n, out);
         } else {
@@ -312,8 +344,10 @@ impl Decoder {
         if line.first() == Some(&b':') {
             return; // comment
         }
+        let max = self.max_event;
         let keep = |raw: &mut Option<BytesMut>| {
             if let Some(r) = raw {
+                reserve_within(r, line.len() + 1, max);
                 r.extend_from_slice(line);
                 r.put_u8(b'\n');
             }
@@ -345,6 +379,7 @@ impl Decoder {
                         Data::Many(m)
                     }
                     Data::Many(mut m) => {
+                        reserve_within(&mut m, 1 + end - value_start, self.max_event);
                         m.put_u8(b'\n');
                         m.extend_from_slice(&src[value_start..end]);
                         Data::Many(m)
@@ -387,14 +422,21 @@ impl Decoder {
         let data = match std::mem::take(&mut self.data) {
             Data::Empty => Bytes::new(),
             Data::One(b) => b,
-            Data::Many(m) => m.freeze(),
+            Data::Many(m) => exact(m),
         };
         let event = self.event_type.take().filter(|t| !t.is_empty());
         self.data_lines = 0;
         if let Some(r) = &mut self.raw {
+            reserve_within(r, 1, self.max_event);
             r.put_u8(b'\n');
+            // A big frame takes its buffer along, in an allocation of its own size; small ones
+            // share the buffer's (at most [`SPARE`] spare bytes each).
+            let bytes = match r.capacity() > SPARE {
+                true => exact(std::mem::take(r)),
+                false => r.split().freeze(),
+            };
             self.raw_out.push(RawFrame {
-                bytes: r.split().freeze(),
+                bytes,
                 named: std::mem::take(&mut self.raw_named),
             });
         }
@@ -407,7 +449,7 @@ impl Decoder {
 
     fn start_discard(&mut self, bytes: usize, out: &mut Vec<Decoded>) {
         self.discarding = true;
-        self.line.clear();
+        release(&mut self.line);
         self.reset_event();
         self.dropped += 1;
         out.push(Decoded::Oversized { bytes });
@@ -419,7 +461,7 @@ impl Decoder {
         self.event_type = None;
         self.raw_named = false;
         if let Some(r) = &mut self.raw {
-            r.clear();
+            release(r);
         }
     }
 }
@@ -427,5 +469,8 @@ impl Decoder {
 /// An SSE comment line pair, used for heartbeats: `: keepalive\n\n`.
 pub const KEEPALIVE: &[u8] = b": keepalive\n\n";
 
+mod buffers;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_memory;

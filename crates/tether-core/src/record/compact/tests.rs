@@ -262,3 +262,20 @@ fn deltas_with_the_same_key_but_another_sub_key_do_not_merge() {
     let out = compact_events(&[a, b]);
     assert_eq!(out, format!("{},{}", content("m", "a"), content("m", "b")));
 }
+
+#[test]
+fn the_history_keeps_no_slice_of_an_events_bytes() {
+    // A big delta: the open group's key and closing bytes must not keep its buffer alive.
+    let json = Bytes::from(content("m1", &"x".repeat(7 << 20)));
+    let mut c = Compactor::new();
+    let event = Agui.classify(&SseEvent {
+        event: None,
+        data: json.clone(),
+        id: None,
+    });
+    c.push(&event);
+    drop(event);
+    assert!(json.is_unique(), "the event's buffer is the caller's alone");
+    // What the history holds is what it counts.
+    assert!(c.allocated() >= 7 << 20);
+}
