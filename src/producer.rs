@@ -10,6 +10,7 @@
 //! [`crate::chats`] (which chooses the in-memory or the shared journal); `aliases` says where
 //! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy.
 
+mod account;
 mod aliases;
 mod read;
 mod tee;
@@ -27,7 +28,7 @@ use crate::backend::slots::Slot;
 use crate::backend::{is_recordable, Exchange, Upstream};
 use crate::budget::Budget;
 use crate::chats::{Chats, Live, Recording};
-use crate::config::{Alias, Commit, RawRecord, Tokens};
+use crate::config::{Alias, Commit, OnDisconnect, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::metrics::Metrics;
@@ -35,7 +36,10 @@ use crate::record::format::{detect_from_headers, FormatChoice, FormatKind};
 use crate::state::registry::Pending;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
+use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
+use account::Ended;
+pub use account::RunAccount;
 use read::{read, ReadEnd, ReadLimits, Started};
 use tee::tee;
 pub use tee::{StreamCut, TeeReader};
@@ -95,6 +99,8 @@ pub struct Job {
     pub max_duration: Option<Duration>,
     /// Tee the raw upstream bytes for a legacy requester, whose queue may hold this many bytes.
     pub legacy: Option<usize>,
+    /// The run's accounting: its span, and where its record goes at its end.
+    pub account: RunAccount,
 }
 
 /// How a route records its runs: format, commit rule, window, event cap, raw record, aliases
@@ -123,6 +129,10 @@ pub struct Rules {
     pub keys: Vec<String>,
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
+    /// Where an AG-UI or AI SDK stream reports its token usage (the route's `usage`).
+    pub usage: Option<Arc<UsagePointers>>,
+    /// What happens to the run once its last client has left.
+    pub on_disconnect: OnDisconnect,
 }
 
 /// Starts the producer as its own task, detached from the requester: whatever the requester
@@ -157,6 +167,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         budget,
         max_duration,
         legacy,
+        account,
     } = *job;
     let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
@@ -192,6 +203,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         aliases,
         request_aliases,
         keys,
+        usage,
+        on_disconnect,
         ..
     } = rules;
     for alias in aliases::known_aliases(&aliases, request_aliases, &header) {
@@ -236,7 +249,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     });
     let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event)
         .find_aliases(aliases::event_aliases(&aliases))
-        .with_budget(&budget);
+        .with_budget(&budget)
+        .meter_usage(usage);
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
         if unique_ids {
@@ -247,8 +261,14 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let limits = ReadLimits {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
+        on_disconnect,
     };
-    let ReadEnd { ending, tee, clean } = read(
+    let ReadEnd {
+        ending,
+        tee,
+        clean,
+        first_byte,
+    } = read(
         &mut s,
         &run,
         limits,
@@ -265,8 +285,18 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let outcome = outcome(&end, ending);
     m.runs_finished.inc(outcome);
     m.runs_active.dec();
+    // The provider's final numbers (or those that were final when the run was cut).
+    run.set_usage(ingest.usage().and_then(|u| u.finish().usage));
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
+    let ended = Ended {
+        route: &route,
+        format: ingest.format(),
+        outcome,
+        end: &end,
+        first_byte,
+    };
+    account.close(&run, &ingest, ended);
     chats.registry().notify();
     // Any other end drops the tee: the requester's stream is cut.
     if let (true, Some(tee)) = (clean, tee) {
