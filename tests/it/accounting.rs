@@ -2,5 +2,7 @@
 //! receiver outage (every record arrives, once per idempotency key), its bounded queue, and the
 //! OTLP/HTTP trace exporter (the real protobuf decoded).
 
+mod disconnect;
 mod otlp;
+mod runs;
 mod webhook;
