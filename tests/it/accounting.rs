@@ -3,6 +3,7 @@
 //! OTLP/HTTP trace exporter (the real protobuf decoded).
 
 mod disconnect;
+mod journal;
 mod otlp;
 mod runs;
 mod webhook;
