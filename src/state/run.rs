@@ -436,7 +436,10 @@ impl Drop for ObserverGuard {
             let mut a = run.account.lock();
             let now = Instant::now();
             a.watch.leave(now);
-            let left = run.observers.fetch_sub(1, Ordering::Relaxed) - 1;
+            let left = run
+                .observers
+                .fetch_sub(1, Ordering::Relaxed)
+                .saturating_sub(1);
             if left == 0 {
                 *run.unobserved_since.lock() = now;
             }

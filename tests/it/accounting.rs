@@ -5,5 +5,6 @@
 mod disconnect;
 mod journal;
 mod otlp;
+mod outage;
 mod runs;
 mod webhook;

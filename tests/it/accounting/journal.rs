@@ -32,6 +32,18 @@ async fn only_the_producing_replica_writes_the_runs_record() {
     let rest = within("B's stream ends", follower.frames_to_end()).await;
     assert_eq!(rest.last().unwrap().ty(), "STREAM_END");
     origin.frames_to_end().await;
+    // The status route: the producing replica has the run's usage and watch, a follower not.
+    for (s, produced) in [(&a, true), (&b, false)] {
+        let mut r = request(s.addr, "GET", "/chat/run?chat_id=c", &[], b"").await;
+        let v: Value = serde_json::from_slice(&r.body_to_end().await).unwrap();
+        assert_eq!(v["status"], "completed");
+        assert_eq!(v["watch"].is_object(), produced, "{v}");
+        assert_eq!(
+            v["usage"],
+            Value::Null,
+            "AG-UI without a usage table reports none"
+        );
+    }
     // Each drain delivers its webhook's queue before it returns.
     for s in [&mut b, &mut a] {
         let drained = s.handle.take().unwrap().drain(Duration::from_secs(5));
