@@ -263,12 +263,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         idle: upstream.idle_timeout(),
         on_disconnect,
     };
-    let ReadEnd {
-        ending,
-        tee,
-        clean,
-        first_byte,
-    } = read(
+    let end = read(
         &mut s,
         &run,
         limits,
@@ -278,6 +273,31 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         &naming,
     )
     .await;
+    let ending = end_run(&run, &ingest, end, &mut started, account, &chats);
+    if ending == Ending::Clean {
+        upstream.release(s);
+    }
+}
+
+/// A run's end once its upstream read ended: the verdict settled and counted, the provider's
+/// final usage published, the end published, the run's record written (once, here, by the
+/// replica that produced it), the legacy copy ended cleanly or cut, the end logged. Returns how
+/// the read ended.
+fn end_run(
+    run: &Run,
+    ingest: &Ingest,
+    read: ReadEnd,
+    started: &mut Started<'_>,
+    account: RunAccount,
+    chats: &Chats,
+) -> Ending {
+    let ReadEnd {
+        ending,
+        tee,
+        clean,
+        first_byte,
+    } = read;
+    let m = started.metrics;
     // A run that ended before its first event never showed its format: AG-UI, the fallback.
     started.count(ingest.format().unwrap_or(FormatKind::Agui));
     let verdict = ingest.verdict(ending);
@@ -290,13 +310,13 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     // Only now publish the end: whoever sees it also sees it counted.
     run.done();
     let ended = Ended {
-        route: &route,
+        route: started.route,
         format: ingest.format(),
         outcome,
         end: &end,
         first_byte,
     };
-    account.close(&run, &ingest, ended);
+    account.close(run, ingest, ended);
     chats.registry().notify();
     // Any other end drops the tee: the requester's stream is cut.
     if let (true, Some(tee)) = (clean, tee) {
@@ -305,7 +325,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     info!(
         "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
         run.id(),
-        scope,
+        started.scope,
         outcome.as_str(),
         end.reason.map_or("-", EndReason::as_str),
         run.started().elapsed().as_secs_f64(),
@@ -313,7 +333,5 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         ingest.bytes(),
         run.peak_observers(),
     );
-    if ending == Ending::Clean {
-        upstream.release(s);
-    }
+    ending
 }

@@ -12,7 +12,7 @@ use crate::backend::Exchange;
 use crate::chats::Naming;
 use crate::config::OnDisconnect;
 use crate::error::UpstreamErrorKind;
-use crate::ingest::{Ending, Ingest};
+use crate::ingest::{Ending, Fed, Ingest};
 use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{Event, FormatKind};
 use crate::stall::{Stall, Stalled};
@@ -134,23 +134,7 @@ pub(super) async fn read(
             }
         }
         let fed = ingest.feed(&chunk, &mut batch);
-        for alias in ingest.take_aliases() {
-            naming.name(run, &alias);
-        }
-        for bytes in fed.oversized {
-            m.events_dropped.inc(DropReason::Oversized);
-            warn!(
-                "run {}: dropped an upstream event over {bytes} bytes",
-                run.id()
-            );
-        }
-        if let Some(bytes) = fed.over_budget {
-            m.events_dropped.inc(DropReason::OverBudget);
-            warn!(
-                "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
-                run.id()
-            );
-        }
+        took(run, ingest, naming, m, fed);
         if batch.is_empty() {
             continue;
         }
@@ -166,16 +150,8 @@ pub(super) async fn read(
                 .inc_by(DropReason::AfterEnd, (batch.len() - appended.events) as u64);
         }
         publish_usage(run, ingest, &mut usage_readings);
-        if run.watch_events(appended.events as u64) {
-            m.unobserved_events.inc_by(appended.events as u64);
-            if max_unwatched.is_some_and(|max| run.unwatched_stretch() >= max) {
-                info!(
-                    "run {}: {} events recorded with no client; stopping it as abandoned",
-                    run.id(),
-                    run.unwatched_stretch()
-                );
-                break abandon(run);
-            }
+        if over_budget(run, m, appended.events as u64, max_unwatched) {
+            break abandon(run);
         }
     };
     let clean = match ending {
@@ -196,6 +172,47 @@ pub(super) async fn read(
         clean,
         first_byte,
     }
+}
+
+/// What one upstream read gave besides events: the aliases found in them named, the events
+/// dropped (over the event cap, or the buffer budget spent) counted and logged.
+fn took(run: &Arc<Run>, ingest: &mut Ingest, naming: &Naming, m: &Metrics, fed: Fed) {
+    for alias in ingest.take_aliases() {
+        naming.name(run, &alias);
+    }
+    for bytes in fed.oversized {
+        m.events_dropped.inc(DropReason::Oversized);
+        warn!(
+            "run {}: dropped an upstream event over {bytes} bytes",
+            run.id()
+        );
+    }
+    if let Some(bytes) = fed.over_budget {
+        m.events_dropped.inc(DropReason::OverBudget);
+        warn!(
+            "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
+            run.id()
+        );
+    }
+}
+
+/// Counts `n` events just recorded in the run's watch (and, when nobody reads it, in
+/// `tether_unobserved_events_total`). Returns whether they spent the route's unwatched-event
+/// budget (`max_unwatched_events`) since the last client left.
+fn over_budget(run: &Run, m: &Metrics, n: u64, max_unwatched: Option<u64>) -> bool {
+    if !run.watch_events(n) {
+        return false;
+    }
+    m.unobserved_events.inc_by(n);
+    let spent = max_unwatched.is_some_and(|max| run.unwatched_stretch() >= max);
+    if spent {
+        info!(
+            "run {}: {} events recorded with no client; stopping it as abandoned",
+            run.id(),
+            run.unwatched_stretch()
+        );
+    }
+    spent
 }
 
 /// Stops `run` as abandoned (the first stop's reason wins, as for any stop).
