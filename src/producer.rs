@@ -307,8 +307,6 @@ fn end_run(
     m.runs_active.dec();
     // The provider's final numbers (or those that were final when the run was cut).
     run.set_usage(ingest.usage().and_then(|u| u.finish().usage));
-    // Only now publish the end: whoever sees it also sees it counted.
-    run.done();
     let ended = Ended {
         route: started.route,
         format: ingest.format(),
@@ -317,6 +315,8 @@ fn end_run(
         first_byte,
     };
     account.close(run, ingest, ended);
+    // Only now publish the end: whoever sees it also sees it counted and its record written.
+    run.done();
     chats.registry().notify();
     // Any other end drops the tee: the requester's stream is cut.
     if let (true, Some(tee)) = (clean, tee) {

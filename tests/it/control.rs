@@ -402,6 +402,13 @@ async fn a_run_nobody_watches_is_stopped_as_abandoned() {
         (end.persisted, end.reason.map(|r| r.as_str())),
         (false, Some("abandoned"))
     );
+    // The global abandon counts in the per-route family, as a route's on_disconnect does.
+    assert_eq!(
+        tether
+            .metric("tether_runs_abandoned_total{route=\"/chat\"}")
+            .await,
+        1.0
+    );
     gate.open();
 }
 
