@@ -1,14 +1,16 @@
 //! The producer: the detached task that sends a recorded request upstream and reads the answer
 //! to its end, whatever the observers do.
 //!
-//! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving never
-//! reaches the backend. It reports the upstream's answer
-//! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
-//! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
-//! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
-//! verdict) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
+//! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving
+//! never reaches the backend by itself. It reports the upstream's answer once as a [`Head`]: a
+//! live run, a response to relay unchanged (non-2xx or not SSE: nothing is recorded), or a
+//! failure to reach the backend. Only an explicit stop, the maximum run duration, an upstream
+//! error or timeout, or the route's disconnect policy (`on_disconnect = "cancel"`, once the
+//! last client has left) ends a live run early. What the bytes mean (events, the verdict, the
+//! provider's usage) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
 //! [`crate::chats`] (which chooses the in-memory or the shared journal); `aliases` says where
-//! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy.
+//! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy, and
+//! `account` the run's record, written once at its end.
 
 mod account;
 mod aliases;

@@ -1,5 +1,6 @@
 //! One run's local handle: its journal, the stop request, the producer's lifecycle, the
-//! observers attached here and how long it has gone unobserved, and the per-seq snapshot cache.
+//! observers attached here and how long it has gone unobserved, its watch record and the
+//! provider's usage so far ([`crate::accounting`]), and the per-seq snapshot cache.
 //!
 //! The log itself (seqs, window, history, terminal state) is the run's [`Journal`]; this handle
 //! adds what only the process that serves the run knows. [`Run::snapshot`] serializes a snapshot
