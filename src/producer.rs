@@ -9,7 +9,7 @@
 //! last client has left) ends a live run early. What the bytes mean (events, the verdict, the
 //! provider's usage) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
 //! [`crate::chats`] (which chooses the in-memory or the shared journal); `aliases` says where
-//! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy, and
+//! its names come from, `read` is the read loop, `tee` the legacy requester's copy, and
 //! `account` the run's record, written once at its end.
 
 mod account;
