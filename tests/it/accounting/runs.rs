@@ -46,7 +46,9 @@ fn routes(hook: &Backend, otlp: &Backend) -> String {
          cached_input_tokens = \"/messageMetadata/usage/cachedInputTokens\"\n\
          reasoning_tokens = \"/messageMetadata/usage/reasoningTokens\"\n\n\
          [[routes]]\nmethods = [\"GET\"]\npath = \"/chat/run\"\nkind = \"status\"\n\
-         chat_id = \"query:chat_id\"\n",
+         chat_id = \"query:chat_id\"\n\n\
+         [[routes]]\nmethods = [\"POST\"]\npath = \"/chat/live\"\nkind = \"attach\"\n\
+         chat_id = \"body:chat_id\"\n",
         hook.addr,
         otlp.addr,
         route("/oc", "openai_chat"),
@@ -311,4 +313,71 @@ async fn a_clients_traceparent_is_the_parent_of_the_run_span_and_the_backend_get
     assert_eq!(sent.header("tracestate"), Some("vendor=a"));
     eventually("the run's record", || records(&hook).len() == 1).await;
     assert_eq!(records(&hook)[0]["trace_id"], CALLER_TRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_run_shows_its_usage_so_far_and_who_attached_or_resumed() {
+    // The Anthropic fixture held after message_start (input counts) and one more frame.
+    let text =
+        String::from_utf8(fixture(FormatKind::Anthropic, "tool_use_and_text").to_vec()).unwrap();
+    let frames: Vec<String> = text.split_inclusive("\n\n").map(str::to_string).collect();
+    let gate = Gate::default();
+    let g = gate.clone();
+    let be = backend(move |_| {
+        let mut steps = vec![sse_head(), Step::Chunk(Bytes::from(frames[..2].concat()))];
+        steps.push(Step::Wait(g.clone()));
+        steps.push(Step::Chunk(Bytes::from(frames[2..].concat())));
+        steps.push(Step::End);
+        steps
+    })
+    .await;
+    let (hook, otlp) = (receiver().await, otlp_collector(None).await);
+    let tether = sidecar(be.addr, &routes(&hook, &otlp)).await;
+    let mut origin = post(tether.addr, "/an", &chat("live")).await;
+    let run = origin.frame().await.unwrap().json["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    while origin.frame().await.unwrap().seq() != 2 {}
+    let st = status(&tether, "live").await;
+    assert_eq!(st["status"], "running");
+    assert_eq!(
+        st["usage"]["input_tokens"], 472,
+        "message_start's count, mid-stream: {st}"
+    );
+    assert_eq!(st["usage"]["model"], "claude-sonnet-4-5");
+    assert_eq!(st["watch"]["observers"], 1);
+    // One client resumes from a cursor, another attaches with a snapshot.
+    let mut resumed = post(tether.addr, "/chat/live", &cursor("live", &run, 1)).await;
+    assert_eq!(resumed.frame().await.unwrap().seq(), 2);
+    let mut attached = post(tether.addr, "/chat/live", &chat("live")).await;
+    assert_eq!(attached.frame().await.unwrap().ty(), "STREAM_SNAPSHOT");
+    let w = status(&tether, "live").await["watch"].clone();
+    assert_eq!(
+        (
+            &w["observers"],
+            &w["observers_max"],
+            &w["attaches"],
+            &w["resumes"]
+        ),
+        (&json!(3), &json!(3), &json!(1), &json!(1)),
+        "{w}"
+    );
+    gate.open();
+    for r in [&mut origin, &mut resumed, &mut attached] {
+        assert_eq!(r.frames_to_end().await.last().unwrap().ty(), "STREAM_END");
+    }
+    eventually("the run's record", || records(&hook).len() == 1).await;
+    let w = &records(&hook)[0]["watch"];
+    assert_eq!(
+        (&w["attaches"], &w["resumes"], &w["ended_watched"]),
+        (&json!(1), &json!(1), &json!(true))
+    );
+    let s = span_of(&otlp, &run).await;
+    let events: Vec<&str> = s.events.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        events,
+        ["tether.resume", "tether.attach"],
+        "a span event per join, in order"
+    );
 }
