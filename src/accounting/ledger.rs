@@ -2,7 +2,7 @@
 //! record goes (the log, the usage and unwatched counters, the webhook when one is set) and the
 //! tracer that opens each run's span (when an OTLP endpoint is set).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use parking_lot::Mutex;
 
@@ -53,16 +53,17 @@ impl Ledger {
         })
     }
 
-    /// Opens the span of a run whose record request carried these trace headers and named
-    /// `model`; `None` when tracing is off.
+    /// Opens the span of a run whose record request arrived at `started`, carried these trace
+    /// headers and named `model`; `None` when tracing is off.
     pub fn run_span(
         &self,
         traceparent: Option<&str>,
         tracestate: Option<&str>,
         model: Option<&str>,
+        started: SystemTime,
     ) -> Option<RunSpan> {
         let t = self.tracing.as_ref()?;
-        Some(t.run_span(traceparent, tracestate, model))
+        Some(t.run_span_from(traceparent, tracestate, model, started))
     }
 
     /// Accounts for one ended run, once: its record logged (`event = "run_ended"`), counted,

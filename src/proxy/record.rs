@@ -13,7 +13,7 @@ use pingora_proxy::Session;
 use super::request::{read_turn, TurnRequest};
 use super::serve::{refused, serve_verbatim, Reader, Verbatim};
 use super::session::{forward_unrecorded, Handled};
-use super::turn::{run_upstream, Turn};
+use super::turn::{run_upstream, Arrival, Turn};
 use super::{Matched, Sidecar};
 use crate::chats::{Chat, IdempotencyKey};
 use crate::config::{DialectKind, Expired, Ids, Route};
@@ -37,9 +37,22 @@ fn busy(busy: Busy) -> ApiError {
     e
 }
 
-/// The turn of record request `req`, registered as `pending`.
-fn turn(req: TurnRequest, pending: Pending, run_id: RunId, key: Option<IdempotencyKey>) -> Turn {
+/// A record request's registration: the chat's pending run, its id and idempotency key.
+struct Registered {
+    pending: Pending,
+    run_id: RunId,
+    key: Option<IdempotencyKey>,
+}
+
+/// The turn of record request `req`, registered as `reg`, that arrived at `arrived`.
+fn turn(req: TurnRequest, reg: Registered, arrived: Arrival) -> Turn {
+    let Registered {
+        pending,
+        run_id,
+        key,
+    } = reg;
     Turn {
+        arrived,
         pending,
         run_id,
         body: req.body,
@@ -53,6 +66,7 @@ impl Sidecar {
     /// `kind = "record"`: one turn, recorded as a new run of the chat.
     pub(crate) async fn record(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
+        let arrived = Arrival::now();
         if s.draining.load(Ordering::Relaxed) {
             return Err(ApiError::new(
                 Code::Draining,
@@ -71,7 +85,14 @@ impl Sidecar {
             // size this future for every turn.
             let registered = self.register(session, m, &req, &run_id, key.as_ref());
             match Box::pin(registered).await {
-                Ok(pending) => turn(req, pending, run_id, key),
+                Ok(pending) => {
+                    let reg = Registered {
+                        pending,
+                        run_id,
+                        key,
+                    };
+                    turn(req, reg, arrived)
+                }
                 Err(answered) => return answered,
             }
         };

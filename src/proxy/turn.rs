@@ -38,6 +38,28 @@ pub(crate) struct Turn {
     /// Index-only names of the run: its idempotency key's
     /// ([`IdempotencyKey::names`](crate::chats::IdempotencyKey::names)).
     pub(crate) keys: Vec<String>,
+    /// When its request arrived.
+    pub(crate) arrived: Arrival,
+}
+
+/// When a turn's request arrived: where its span, its first-byte time and its duration count
+/// from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    /// On the monotonic clock.
+    pub(crate) at: Instant,
+    /// On the wall clock.
+    pub(crate) wall: SystemTime,
+}
+
+impl Arrival {
+    /// Now.
+    pub(crate) fn now() -> Arrival {
+        Arrival {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
 }
 
 /// Forwards the request through a producer and answers from what it reports.
@@ -109,9 +131,10 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         legacy: _,
         request_aliases,
         keys,
+        arrived,
     } = turn;
     let max = s.cfg.upstream_opts.max_run_duration.0;
-    let (request, account) = account(s, session, &body);
+    let (request, account) = account(s, session, &body, arrived);
     Job {
         upstream: s.upstream.clone(),
         chats: s.chats.clone(),
@@ -146,8 +169,12 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
 /// The request forwarded to the backend and the run's accounting: the run's span opened (a
 /// child of the caller's `traceparent`, when it sent one), the forwarded request carrying the
 /// span's own `traceparent` as its parent; the owner's subject and the model the body names.
-fn account(s: &Shared, session: &Session, body: &[u8]) -> (RequestHeader, RunAccount) {
-    let arrived = (Instant::now(), SystemTime::now());
+fn account(
+    s: &Shared,
+    session: &Session,
+    body: &[u8],
+    arrived: Arrival,
+) -> (RequestHeader, RunAccount) {
     let mut request = session.req_header().clone();
     let header = |name: &str| {
         request
@@ -162,6 +189,7 @@ fn account(s: &Shared, session: &Session, body: &[u8]) -> (RequestHeader, RunAcc
         parent.as_deref(),
         state.as_deref(),
         request_model.as_deref(),
+        arrived.wall,
     );
     let caller_trace =
         parent_context(parent.as_deref(), state.as_deref()).map(|sc| sc.trace_id().to_string());
@@ -177,8 +205,8 @@ fn account(s: &Shared, session: &Session, body: &[u8]) -> (RequestHeader, RunAcc
         caller_trace,
         owner: s.chats.subject(&request.headers),
         request_model,
-        arrived: arrived.0,
-        arrived_wall: arrived.1,
+        arrived: arrived.at,
+        arrived_wall: arrived.wall,
     };
     (request, account)
 }
