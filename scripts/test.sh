@@ -68,7 +68,9 @@ case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
 #    of a scripted backend of their family; and the AI SDK's React `useChat({resume: true})` (@ai-sdk/react 4 and 2) in a
 #    page bundled with esbuild, in Chromium driven by playwright-core, in front of an AI SDK
 #    backend (`streamText` on the SDK's mock model): a reload mid-turn, two tabs, Stop, a reload
-#    after the end. The packages come from the lockfile (`npm ci`), again when the installed ones
+#    after the end. Accounting: the OpenAI SDK streams a chat completion with
+#    `stream_options.include_usage` through a record route, is cut mid-turn, and the status route
+#    then answers the provider's usage. The packages come from the lockfile (`npm ci`), again when the installed ones
 #    no longer match it.
 if ! (cd scripts/compat && [ -d node_modules ] && npm ls --all >/dev/null 2>&1); then
   (cd scripts/compat && npm ci --no-audit --no-fund --loglevel=error)

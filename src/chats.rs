@@ -154,6 +154,11 @@ impl Chats {
         self.auth.owner(headers)
     }
 
+    /// The caller's subject as a run record names its owner ([`Auth::subject`]).
+    pub fn subject(&self, headers: &HeaderMap) -> Option<String> {
+        self.auth.subject(headers)
+    }
+
     /// Chat `id` of `owner`: its scope is minted here.
     pub fn chat(&self, owner: Owner, id: &ChatId) -> Chat<'_> {
         Chat {

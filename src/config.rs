@@ -25,7 +25,7 @@ pub use crate::journal::DEFAULT_WINDOW;
 
 pub use crate::error::ConfigError;
 pub use crate::vocab::kinds::DialectKind;
-pub use accounting::{AccountingConf, AccountingSettings, WebhookSettings};
+pub use accounting::{AccountingConf, AccountingSettings, OnDisconnect, WebhookSettings};
 pub use admin_token::{AdminToken, ADMIN_TOKEN_ENV};
 pub use cors::{CorsConf, CorsSettings, Origins};
 pub use file::{
@@ -36,7 +36,7 @@ pub use flags::{Flags, LogFormat};
 pub use journal::{JournalSettings, JournalTls};
 pub use pattern::{Captures, RoutePath};
 pub use route::{match_route, Route};
-pub use route_conf::{default_routes, OnMiss, RouteConf, RouteKind, UsageConf};
+pub use route_conf::{default_routes, OnDisconnectKind, OnMiss, RouteConf, RouteKind, UsageConf};
 pub use tether_core::settings::{
     check_pointer, Alias, Answer, Commit, Completed, Expired, Ids, KeySource, OnNothing, OneOrMany,
     OnlyIf, Resume, Tokens,

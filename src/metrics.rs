@@ -244,6 +244,9 @@ pub struct Metrics {
     pub unwatched_runs: IntCounterVec,
     /// `tether_unwatched_output_tokens_total{route,format}`: the output tokens of those runs.
     pub unwatched_output_tokens: IntCounterVec,
+    /// `tether_runs_abandoned_total{route}`: runs stopped because no client was left
+    /// (a route's `on_disconnect = "cancel"`, or `--abandon-after`).
+    pub runs_abandoned: IntCounterVec,
     /// `tether_webhook_records_sent_total`: run records the webhook's receiver accepted.
     pub webhook_sent: IntCounter,
     /// `tether_webhook_records_dropped_total{reason}`.
@@ -445,6 +448,12 @@ impl Metrics {
                 "Output tokens of runs that ended with no client attached, by route and format",
                 &["route", "format"],
             ),
+            runs_abandoned: counter_vec(
+                &r,
+                "tether_runs_abandoned_total",
+                "Runs stopped because no client was left to read them, by route",
+                &["route"],
+            ),
             webhook_sent: counter(
                 &r,
                 "tether_webhook_records_sent_total",
@@ -470,6 +479,7 @@ impl Metrics {
     /// scrape before the first turn already has them.
     pub fn seed_routes<'a>(&self, routes: impl IntoIterator<Item = &'a str>) {
         for route in routes {
+            self.runs_abandoned.with_label_values(&[route]);
             for format in crate::vocab::kinds::FormatKind::ALL {
                 let labels = [route, format.as_str()];
                 self.runs_started.with_label_values(&labels);

@@ -1,15 +1,18 @@
 //! The producer: the detached task that sends a recorded request upstream and reads the answer
 //! to its end, whatever the observers do.
 //!
-//! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving never
-//! reaches the backend. It reports the upstream's answer
-//! once as a [`Head`]: a live run, a response to relay unchanged (non-2xx or not SSE: nothing is
-//! recorded), or a failure to reach the backend. Only an explicit stop, the maximum run duration,
-//! or an upstream error or timeout ends a live run early. What the bytes mean (events, the
-//! verdict) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
+//! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving
+//! never reaches the backend by itself. It reports the upstream's answer once as a [`Head`]: a
+//! live run, a response to relay unchanged (non-2xx or not SSE: nothing is recorded), or a
+//! failure to reach the backend. Only an explicit stop, the maximum run duration, an upstream
+//! error or timeout, or the route's disconnect policy (`on_disconnect = "cancel"`, once the
+//! last client has left) ends a live run early. What the bytes mean (events, the verdict, the
+//! provider's usage) is [`Ingest`]'s; this file does I/O and metrics. The run goes live through
 //! [`crate::chats`] (which chooses the in-memory or the shared journal); `aliases` says where
-//! its names come from, [`read`] is the read loop, [`tee`] the legacy requester's copy.
+//! its names come from, `read` is the read loop, `tee` the legacy requester's copy, and
+//! `account` the run's record, written once at its end.
 
+mod account;
 mod aliases;
 mod read;
 mod tee;
@@ -27,7 +30,7 @@ use crate::backend::slots::Slot;
 use crate::backend::{is_recordable, Exchange, Upstream};
 use crate::budget::Budget;
 use crate::chats::{Chats, Live, Recording};
-use crate::config::{Alias, Commit, RawRecord, Tokens};
+use crate::config::{Alias, Commit, OnDisconnect, RawRecord, Tokens};
 use crate::error::{UpstreamError, UpstreamErrorKind};
 use crate::ingest::{outcome, Ending, Ingest};
 use crate::metrics::Metrics;
@@ -36,7 +39,10 @@ use crate::state::owner_limits::ActiveRun;
 use crate::state::registry::Pending;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::end::EndReason;
+use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
+use account::Ended;
+pub use account::RunAccount;
 use read::{read, ReadEnd, ReadLimits, Started};
 use tee::tee;
 pub use tee::{StreamCut, TeeReader};
@@ -99,6 +105,8 @@ pub struct Job {
     pub max_duration: Option<Duration>,
     /// Tee the raw upstream bytes for a legacy requester, whose queue may hold this many bytes.
     pub legacy: Option<usize>,
+    /// The run's accounting: its span, and where its record goes at its end.
+    pub account: RunAccount,
 }
 
 /// How a route records its runs: format, commit rule, window, event cap, raw record, aliases
@@ -127,6 +135,10 @@ pub struct Rules {
     pub keys: Vec<String>,
     /// The resume-token headers of the run's responses.
     pub tokens: Tokens,
+    /// Where an AG-UI or AI SDK stream reports its token usage (the route's `usage`).
+    pub usage: Option<Arc<UsagePointers>>,
+    /// What happens to the run once its last client has left.
+    pub on_disconnect: OnDisconnect,
 }
 
 /// Starts the producer as its own task, detached from the requester: whatever the requester
@@ -162,6 +174,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         budget,
         max_duration,
         legacy,
+        account,
     } = *job;
     let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
@@ -201,6 +214,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         aliases,
         request_aliases,
         keys,
+        usage,
+        on_disconnect,
         ..
     } = rules;
     for alias in aliases::known_aliases(&aliases, request_aliases, &header) {
@@ -246,7 +261,8 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     });
     let mut ingest = Ingest::new(known.map(FormatKind::format), commit, max_event)
         .find_aliases(aliases::event_aliases(&aliases))
-        .with_budget(&budget);
+        .with_budget(&budget)
+        .meter_usage(usage);
     if let Some(r) = &raw {
         ingest = ingest.keep_raw(r.cursor_field.clone());
         if unique_ids {
@@ -257,8 +273,9 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let limits = ReadLimits {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
+        on_disconnect,
     };
-    let ReadEnd { ending, tee, clean } = read(
+    let end = read(
         &mut s,
         &run,
         limits,
@@ -271,6 +288,31 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     // The upstream is read to its end: the owner's place is given back before the run's end is
     // recorded, so whoever sees the end may start another run.
     drop(active);
+    let ending = end_run(&run, &ingest, end, &mut started, account, &chats);
+    if ending == Ending::Clean {
+        upstream.release(s);
+    }
+}
+
+/// A run's end once its upstream read ended: the verdict settled and counted, the provider's
+/// final usage published, the end published, the run's record written (once, here, by the
+/// replica that produced it), the legacy copy ended cleanly or cut, the end logged. Returns how
+/// the read ended.
+fn end_run(
+    run: &Run,
+    ingest: &Ingest,
+    read: ReadEnd,
+    started: &mut Started<'_>,
+    account: RunAccount,
+    chats: &Chats,
+) -> Ending {
+    let ReadEnd {
+        ending,
+        tee,
+        clean,
+        first_byte,
+    } = read;
+    let m = started.metrics;
     // A run that ended before its first event never showed its format: AG-UI, the fallback.
     started.count(ingest.format().unwrap_or(FormatKind::Agui));
     let verdict = ingest.verdict(ending);
@@ -278,7 +320,17 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     let outcome = outcome(&end, ending);
     m.runs_finished.inc(outcome);
     m.runs_active.dec();
-    // Only now publish the end: whoever sees it also sees it counted.
+    // The provider's final numbers (or those that were final when the run was cut).
+    run.set_usage(ingest.usage().and_then(|u| u.finish().usage));
+    let ended = Ended {
+        route: started.route,
+        format: ingest.format(),
+        outcome,
+        end: &end,
+        first_byte,
+    };
+    account.close(run, ingest, ended);
+    // Only now publish the end: whoever sees it also sees it counted and its record written.
     run.done();
     chats.registry().ended();
     // Any other end drops the tee: the requester's stream is cut.
@@ -288,7 +340,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     info!(
         "run {} ended: chat {:?} outcome {} reason {} duration {:.3}s events {} bytes {} peak_observers {}",
         run.id(),
-        scope,
+        started.scope,
         outcome.as_str(),
         end.reason.map_or("-", EndReason::as_str),
         run.started().elapsed().as_secs_f64(),
@@ -296,7 +348,5 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         ingest.bytes(),
         run.peak_observers(),
     );
-    if ending == Ending::Clean {
-        upstream.release(s);
-    }
+    ending
 }

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::accounting::Ledger;
 use crate::backend::slots::descriptor_share;
 use crate::backend::Upstream;
 use crate::budget::Budget;
@@ -195,6 +196,8 @@ fn shared_state(
     );
     let chats =
         Chats::new(registry, cfg.subject.clone(), &cfg.secret, journal).with_limits(owner_limits);
+    let ledger = Ledger::start(&cfg.accounting, &metrics)
+        .map_err(|e| std::io::Error::other(format!("accounting: {e}")))?;
     let shared = Arc::new(Shared {
         upstream: Arc::new(Upstream::new(upstream_addr, cfg.upstream_opts.clone())?),
         chats,
@@ -203,6 +206,7 @@ fn shared_state(
             Arc::new(GaugeMeter(metrics.buffered_bytes.clone())),
         ),
         metrics,
+        ledger: Arc::new(ledger),
         downstream: downstream.clone(),
         draining: Default::default(),
         producers: TaskTracker::new(),
@@ -398,6 +402,9 @@ impl Handle {
         // before the hard stop closes what is left.
         shared.observers.close();
         let _ = tokio::time::timeout(Duration::from_secs(1), shared.observers.wait()).await;
+        // Every run has ended and written its record: the webhook and the trace exporter get
+        // a moment to send theirs.
+        shared.ledger.shutdown(Duration::from_secs(5)).await;
         self.proxy_stop.send_replace(true);
         self.shared.stop.cancel();
         for t in self.tasks {

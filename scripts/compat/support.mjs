@@ -14,11 +14,12 @@ export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "
 export const TETHER_BIN = process.env.TETHER_BIN ?? path.join(REPO, "target/debug/tether");
 
 /**
- * Starts `$TETHER_BIN --config conf/profiles/<profile>.toml` in front of 127.0.0.1:`upstreamPort`
- * on free ports; resolves once it prints its listening line, with its URL and `stop()` (by PID).
+ * Starts `$TETHER_BIN --config conf/profiles/<profile>.toml` (or `profile` itself, a path ending
+ * in `.toml`) in front of 127.0.0.1:`upstreamPort` on free ports; resolves once it prints its
+ * listening line, with its URL and `stop()` (by PID).
  */
 export function startTether(profile, upstreamPort) {
-  const config = path.join(REPO, "conf/profiles", `${profile}.toml`);
+  const config = profile.endsWith(".toml") ? profile : path.join(REPO, "conf/profiles", `${profile}.toml`);
   const args = ["--config", config, "--upstream", `127.0.0.1:${upstreamPort}`];
   args.push("--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--drain-timeout", "1s");
   return new Promise((resolve, reject) => {

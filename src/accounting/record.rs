@@ -114,9 +114,16 @@ impl RunRecord {
     }
 
     /// Counts the run in the usage and unwatched families: its tokens by kind, and, when it
-    /// ended with no client attached, the run and its output tokens. A run whose format was
+    /// ended with no client attached, the run and its output tokens; a run stopped as
+    /// `abandoned` in `tether_runs_abandoned_total{route}`. A run whose format was
     /// never known (it ended before its first event) reported nothing and is not counted.
     pub fn count(&self, metrics: &Metrics) {
+        if self.reason == Some(EndReason::Abandoned) {
+            metrics
+                .runs_abandoned
+                .with_label_values(&[self.route.as_str()])
+                .inc();
+        }
         let Some(format) = self.format else { return };
         let (route, format) = (self.route.as_str(), format.as_str());
         let output = self.usage.as_ref().and_then(|u| u.output_tokens);

@@ -124,10 +124,20 @@ impl Tracing {
         tracestate: Option<&str>,
         request_model: Option<&str>,
     ) -> RunSpan {
+        self.run_span_from(traceparent, tracestate, request_model, SystemTime::now())
+    }
+
+    /// [`Tracing::run_span`] for a record request that arrived at `started`.
+    pub fn run_span_from(
+        &self,
+        traceparent: Option<&str>,
+        tracestate: Option<&str>,
+        request_model: Option<&str>,
+        started: SystemTime,
+    ) -> RunSpan {
         let parent = parent_context(traceparent, tracestate)
             .map(|sc| Context::new().with_remote_span_context(sc))
             .unwrap_or_default();
-        let started = SystemTime::now();
         let mut attributes = Vec::new();
         if let Some(m) = request_model {
             attributes.push(KeyValue::new("gen_ai.request.model", m.to_string()));

@@ -69,7 +69,7 @@ impl Chats {
         let scope = pending.scope().clone();
         let owner = pending.owner();
         let requested_ms = pending.since_ms();
-        let guard = run.observe();
+        let guard = run.observe(crate::accounting::Join::Origin);
         self.registry.go_live(&pending, run.clone());
         drop(pending);
         let recorder = match (&self.journal, recorder) {

@@ -1,6 +1,6 @@
 //! Accounting settings: a route's `usage` table (where an AG-UI or AI SDK stream reports its
-//! token usage) and the `[accounting]` table (the run records' webhook, the OTLP trace
-//! endpoint), checked.
+//! token usage), its disconnect policy (`on_disconnect`, `grace`, `max_unwatched_events`) and
+//! the `[accounting]` table (the run records' webhook, the OTLP trace endpoint), checked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,11 +8,74 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::duration::Dur;
-use super::route_conf::{OnMiss, RouteConf, RouteKind};
+use super::route_conf::{OnDisconnectKind, OnMiss, RouteConf, RouteKind};
 use super::{err, ConfigError};
 use crate::settings::check_pointer;
 use crate::vocab::kinds::{FormatChoice, FormatKind};
 use crate::vocab::usage::UsagePointers;
+
+/// What a recording route does with a run once its last client has left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnDisconnect {
+    /// The run goes on (`--abandon-after` may still stop it).
+    #[default]
+    Continue,
+    /// The run is stopped as `abandoned` once `grace` passes with no client, or once it
+    /// recorded `max_unwatched_events` since the last one left, whichever comes first; a
+    /// client attaching before that keeps it.
+    Cancel {
+        /// How long the run may go with no client.
+        grace: Duration,
+        /// How many events it may record with no client.
+        max_unwatched_events: Option<u64>,
+    },
+}
+
+/// Whether route `rc` records runs (a record route, or an attach that records on a miss).
+fn records(rc: &RouteConf) -> bool {
+    rc.kind == RouteKind::Record || (rc.kind == RouteKind::Attach && rc.on_miss == OnMiss::Record)
+}
+
+/// Checks route `rc`'s `on_disconnect`, `grace` and `max_unwatched_events`.
+pub(super) fn on_disconnect(
+    key: &dyn Fn(&str) -> String,
+    rc: &RouteConf,
+) -> Result<OnDisconnect, ConfigError> {
+    let set = rc.on_disconnect != OnDisconnectKind::Continue
+        || rc.grace.is_some()
+        || rc.max_unwatched_events.is_some();
+    if set && !records(rc) {
+        return Err(err(
+            key("on_disconnect"),
+            "only a route that records runs has a disconnect policy",
+        ));
+    }
+    match rc.on_disconnect {
+        OnDisconnectKind::Continue => match (rc.grace, rc.max_unwatched_events) {
+            (None, None) => Ok(OnDisconnect::Continue),
+            (Some(_), _) => Err(err(key("grace"), "needs on_disconnect = \"cancel\"")),
+            (_, Some(_)) => Err(err(
+                key("max_unwatched_events"),
+                "needs on_disconnect = \"cancel\"",
+            )),
+        },
+        OnDisconnectKind::Cancel => {
+            let Some(grace) = rc.grace else {
+                return Err(err(
+                    key("grace"),
+                    "on_disconnect = \"cancel\" needs a grace (a duration, 0s allowed)",
+                ));
+            };
+            if rc.max_unwatched_events == Some(0) {
+                return Err(err(key("max_unwatched_events"), "must be at least 1"));
+            }
+            Ok(OnDisconnect::Cancel {
+                grace: grace.0,
+                max_unwatched_events: rc.max_unwatched_events,
+            })
+        }
+    }
+}
 
 /// Checks route `rc`'s `usage` table; `key` names a key of this route in errors.
 pub(super) fn usage(
@@ -23,9 +86,7 @@ pub(super) fn usage(
     let Some(u) = &rc.usage else {
         return Ok(None);
     };
-    let records = rc.kind == RouteKind::Record
-        || (rc.kind == RouteKind::Attach && rc.on_miss == OnMiss::Record);
-    if !records {
+    if !records(rc) {
         return Err(err(
             key("usage"),
             "only a route that records runs reads usage",

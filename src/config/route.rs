@@ -8,7 +8,7 @@ use super::drop_in::{check_source, drop_in};
 use super::pattern::{Captures, RoutePath};
 use super::route_conf::{OnMiss, RouteConf, RouteKind};
 use super::KeySource;
-use super::{Alias, Answer, Commit, Ids, OnNothing, Resume, Tokens};
+use super::{Alias, Answer, Commit, Ids, OnDisconnect, OnNothing, Resume, Tokens};
 use crate::error::ConfigError;
 use crate::vocab::kinds::FormatChoice;
 use crate::vocab::usage::UsagePointers;
@@ -56,6 +56,8 @@ pub struct Route {
     pub cancel_request_id: Option<KeySource>,
     /// Routes that record AG-UI or AI SDK streams: where the provider's token usage is.
     pub usage: Option<Arc<UsagePointers>>,
+    /// Recording routes: what happens to a run once its last client has left.
+    pub on_disconnect: OnDisconnect,
 }
 
 impl Route {
@@ -115,6 +117,7 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         .map_err(|e| ConfigError::new(key("format"), e))?;
     let d = drop_in(&key, &rc, &path, &methods)?;
     let usage = super::accounting::usage(&key, &rc, format)?;
+    let on_disconnect = super::accounting::on_disconnect(&key, &rc)?;
     Ok(Route {
         methods,
         path,
@@ -136,5 +139,6 @@ pub(super) fn check(i: usize, rc: RouteConf) -> Result<Route, ConfigError> {
         answer: rc.answer,
         cancel_request_id: d.cancel_request_id,
         usage,
+        on_disconnect,
     })
 }

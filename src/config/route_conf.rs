@@ -37,6 +37,18 @@ pub enum OnMiss {
     Record,
 }
 
+/// What a recording route does with a run once its last client has left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDisconnectKind {
+    /// The run goes on to its end (only `--abandon-after` stops it).
+    #[default]
+    Continue,
+    /// The run is stopped (`abandoned`) once `grace` passes or `max_unwatched_events` are
+    /// recorded with no client attached.
+    Cancel,
+}
+
 /// One `[[routes]]` entry.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,6 +140,16 @@ pub struct RouteConf {
     /// usage and the JSON pointers of its numbers.
     #[serde(default)]
     pub usage: Option<UsageConf>,
+    /// Recording routes: what happens to a run once its last client has left.
+    #[serde(default)]
+    pub on_disconnect: OnDisconnectKind,
+    /// `on_disconnect = "cancel"`: how long a run may go with no client before it is stopped.
+    #[serde(default)]
+    pub grace: Option<Dur>,
+    /// `on_disconnect = "cancel"`: the events a run may record with no client before it is
+    /// stopped, however short the wait.
+    #[serde(default)]
+    pub max_unwatched_events: Option<u64>,
 }
 
 /// A route's `usage` table, as written.
@@ -198,6 +220,9 @@ pub fn default_routes() -> Vec<RouteConf> {
         answer: Answer::Tether,
         cancel_request_id: None,
         usage: None,
+        on_disconnect: OnDisconnectKind::Continue,
+        grace: None,
+        max_unwatched_events: None,
     };
     vec![
         route(&["POST"], "/chat", RouteKind::Record),

@@ -179,7 +179,7 @@ pub async fn sse<S: Sink>(
     opts: SseOptions,
     shutdown: &CancellationToken,
 ) -> Exit {
-    let _guard = run.observe();
+    let _guard = run.observe(crate::accounting::Join::Resume);
     let mut idle = Idle::new(run.subscribe(), opts.heartbeat, shutdown);
     let mut first = true;
     loop {

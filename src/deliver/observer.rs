@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
+use crate::accounting::Join;
 use crate::dialect::protocol1::Protocol1;
 use crate::dialect::Dialect;
 use crate::metrics::{Metrics, ResetReason};
@@ -71,7 +72,11 @@ pub async fn serve<S: Sink>(
     metrics: &Metrics,
     shutdown: &CancellationToken,
 ) -> Exit {
-    let _guard = guard.unwrap_or_else(|| run.observe());
+    let how = match start {
+        Start::After(_) => Join::Resume,
+        Start::Snapshot | Start::Fresh => Join::Attach,
+    };
+    let _guard = guard.unwrap_or_else(|| run.observe(how));
     metrics.observers_active.inc();
     let outcome = write_loop(sink, run, start, opts, metrics, shutdown).await;
     metrics.observers_active.dec();

@@ -14,6 +14,7 @@ use bytes::{BufMut, BytesMut};
 use log::debug;
 use tokio_util::sync::CancellationToken;
 
+use crate::accounting::Join;
 use crate::deliver::observer::{Exit, Idle, Sink};
 use crate::dialect::{from_start, Plan};
 use crate::state::run::Run;
@@ -51,10 +52,11 @@ pub async fn serve<S: Sink>(
     sink: &mut S,
     run: &Arc<Run>,
     plan: Plan,
+    how: Join,
     opts: &Options,
     shutdown: &CancellationToken,
 ) -> Exit {
-    let _guard = run.observe();
+    let _guard = run.observe(how);
     let outcome = write_loop(sink, run, plan, opts, shutdown).await;
     debug!("verbatim reader of run {} ended: {outcome:?}", run.id());
     outcome

@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use log::{info, warn};
+use tokio::time::Instant;
 
 use super::tee::{Cut, Tee};
 use crate::backend::Exchange;
 use crate::chats::Naming;
+use crate::config::OnDisconnect;
 use crate::error::UpstreamErrorKind;
-use crate::ingest::{Ending, Ingest};
+use crate::ingest::{Ending, Fed, Ingest};
 use crate::metrics::{DropReason, Metrics};
 use crate::record::format::{Event, FormatKind};
 use crate::stall::{Stall, Stalled};
@@ -25,6 +27,8 @@ pub(super) struct ReadLimits {
     pub(super) deadline: Option<tokio::time::Instant>,
     /// The run ends `upstream_timeout` after this long without a byte.
     pub(super) idle: Duration,
+    /// The route's disconnect policy.
+    pub(super) on_disconnect: OnDisconnect,
 }
 
 /// How a live run's read loop ended.
@@ -36,6 +40,8 @@ pub(super) struct ReadEnd {
     /// That copy ends cleanly once the run has ended: the upstream ended cleanly, or a stop was
     /// told in the format's own words ([`tell_stop`]). Otherwise it is cut.
     pub(super) clean: bool,
+    /// When the backend's first body byte came.
+    pub(super) first_byte: Option<Instant>,
 }
 
 /// Reads the live upstream to its end (or a stop), recording every batch.
@@ -56,14 +62,25 @@ pub(super) async fn read(
     // Built once: a stop or the deadline is noticed without re-arming them per read.
     let stop = run.stop_requested();
     let expiry = sleep_until(limits.deadline);
-    tokio::pin!(stop, expiry);
+    let (grace, max_unwatched) = match limits.on_disconnect {
+        OnDisconnect::Continue => (None, None),
+        OnDisconnect::Cancel {
+            grace,
+            max_unwatched_events,
+        } => (Some(grace), max_unwatched_events),
+    };
+    let deserted = deserted(run, grace);
+    tokio::pin!(stop, expiry, deserted);
     let mut idle = Stall::new(limits.idle);
+    let mut first_byte = None;
+    let mut usage_readings = 0;
     let ending = loop {
         let read = tokio::select! {
             biased;
             r = idle.run(s.next()) => r,
             reason = &mut stop => break Ending::Stopped(reason),
             _ = &mut expiry => break Ending::Stopped(EndReason::MaxDuration),
+            () = &mut deserted => break abandon(run),
         };
         let chunk = match read {
             Err(Stalled) => {
@@ -99,6 +116,7 @@ pub(super) async fn read(
                 });
             }
         };
+        first_byte.get_or_insert_with(Instant::now);
         m.upstream_bytes.inc_by(chunk.len() as u64);
         if let Some(t) = &tee {
             if let Err(cut) = t.send(chunk.clone()) {
@@ -116,23 +134,7 @@ pub(super) async fn read(
             }
         }
         let fed = ingest.feed(&chunk, &mut batch);
-        for alias in ingest.take_aliases() {
-            naming.name(run, &alias);
-        }
-        for bytes in fed.oversized {
-            m.events_dropped.inc(DropReason::Oversized);
-            warn!(
-                "run {}: dropped an upstream event over {bytes} bytes",
-                run.id()
-            );
-        }
-        if let Some(bytes) = fed.over_budget {
-            m.events_dropped.inc(DropReason::OverBudget);
-            warn!(
-                "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
-                run.id()
-            );
-        }
+        took(run, ingest, naming, m, fed);
         if batch.is_empty() {
             continue;
         }
@@ -147,8 +149,9 @@ pub(super) async fn read(
             m.events_dropped
                 .inc_by(DropReason::AfterEnd, (batch.len() - appended.events) as u64);
         }
-        if run.observers() == 0 {
-            m.unobserved_events.inc_by(appended.events as u64);
+        publish_usage(run, ingest, &mut usage_readings);
+        if over_budget(run, m, appended.events as u64, max_unwatched) {
+            break abandon(run);
         }
     };
     let clean = match ending {
@@ -163,7 +166,96 @@ pub(super) async fn read(
             run.id()
         );
     }
-    ReadEnd { ending, tee, clean }
+    ReadEnd {
+        ending,
+        tee,
+        clean,
+        first_byte,
+    }
+}
+
+/// What one upstream read gave besides events: the aliases found in them named, the events
+/// dropped (over the event cap, or the buffer budget spent) counted and logged.
+fn took(run: &Arc<Run>, ingest: &mut Ingest, naming: &Naming, m: &Metrics, fed: Fed) {
+    for alias in ingest.take_aliases() {
+        naming.name(run, &alias);
+    }
+    for bytes in fed.oversized {
+        m.events_dropped.inc(DropReason::Oversized);
+        warn!(
+            "run {}: dropped an upstream event over {bytes} bytes",
+            run.id()
+        );
+    }
+    if let Some(bytes) = fed.over_budget {
+        m.events_dropped.inc(DropReason::OverBudget);
+        warn!(
+            "run {}: dropped an upstream event at {bytes} bytes: max_buffered_bytes is spent",
+            run.id()
+        );
+    }
+}
+
+/// Counts `n` events just recorded in the run's watch (and, when nobody reads it, in
+/// `tether_unobserved_events_total`). Returns whether they spent the route's unwatched-event
+/// budget (`max_unwatched_events`) since the last client left.
+fn over_budget(run: &Run, m: &Metrics, n: u64, max_unwatched: Option<u64>) -> bool {
+    if !run.watch_events(n) {
+        return false;
+    }
+    m.unobserved_events.inc_by(n);
+    let spent = max_unwatched.is_some_and(|max| run.unwatched_stretch() >= max);
+    if spent {
+        info!(
+            "run {}: {} events recorded with no client; stopping it as abandoned",
+            run.id(),
+            run.unwatched_stretch()
+        );
+    }
+    spent
+}
+
+/// Stops `run` as abandoned (the first stop's reason wins, as for any stop).
+fn abandon(run: &Run) -> Ending {
+    run.request_stop(EndReason::Abandoned);
+    Ending::Stopped(EndReason::Abandoned)
+}
+
+/// Publishes the run's usage so far when a usage frame was read since `seen` readings.
+fn publish_usage(run: &Run, ingest: &Ingest, seen: &mut u64) {
+    if let Some(meter) = ingest.usage() {
+        if meter.readings() != *seen {
+            *seen = meter.readings();
+            run.set_usage(meter.so_far().cloned());
+        }
+    }
+}
+
+/// Resolves once `run` has had no client for `grace` (`on_disconnect = "cancel"`); a client
+/// attaching within the grace starts the wait over when it leaves. Never, without a grace.
+async fn deserted(run: &Run, grace: Option<Duration>) {
+    let Some(grace) = grace else {
+        return std::future::pending().await;
+    };
+    let mut presence = run.presence();
+    loop {
+        // The run's sender lives as long as the run: these waits do not fail.
+        if presence.wait_for(|n| *n == 0).await.is_err() {
+            return std::future::pending().await;
+        }
+        let back = tokio::select! {
+            biased;
+            back = presence.wait_for(|n| *n > 0) => back.is_ok(),
+            () = tokio::time::sleep(grace) => false,
+        };
+        if !back {
+            info!(
+                "run {}: no client for {grace:?}; stopping it as abandoned",
+                run.id()
+            );
+            return;
+        }
+    }
 }
 
 /// A run tether stopped on purpose, told as its format tells a stop ([`Ingest::stop`]: the AI

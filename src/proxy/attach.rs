@@ -10,7 +10,7 @@ use pingora_proxy::Session;
 use super::request::with_parts;
 use super::serve::{observe, write_sse_header};
 use super::session::{forward_unrecorded, read_body, Handled, Reply};
-use super::turn::{run_upstream, Turn};
+use super::turn::{run_upstream, Arrival, Turn};
 use super::{Matched, Sidecar};
 use crate::config::OnMiss;
 use crate::dialect::protocol1::Protocol1;
@@ -120,6 +120,7 @@ impl Sidecar {
                     legacy: false,
                     request_aliases: Vec::new(),
                     keys: Vec::new(),
+                    arrived: Arrival::now(),
                 };
                 // Boxed: rare, and inline it would size this future, which lives as long as
                 // the stream, for every attach.

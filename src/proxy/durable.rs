@@ -166,7 +166,7 @@ impl Sidecar {
         let cursor = self.cursor(req);
         let waited = {
             let _tracked = s.observers.token();
-            let _guard = run.observe();
+            let _guard = run.observe(crate::accounting::Join::Resume);
             let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
             durable::long_poll(&mut sink, run, after, s.cfg.recorder.max_wait.0, &s.stop).await
         };

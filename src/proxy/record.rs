@@ -13,7 +13,7 @@ use pingora_proxy::Session;
 use super::request::{read_turn, TurnRequest};
 use super::serve::{refused, serve_verbatim, Reader, Verbatim};
 use super::session::{forward_unrecorded, Handled};
-use super::turn::{run_upstream, Turn};
+use super::turn::{run_upstream, Arrival, Turn};
 use super::{Matched, Sidecar};
 use crate::chats::{Chat, IdempotencyKey};
 use crate::config::{DialectKind, Expired, Ids, Route};
@@ -61,9 +61,16 @@ struct Registered {
     active: Option<ActiveRun>,
 }
 
-/// The turn of record request `req`, registered as `reg`.
-fn turn(req: TurnRequest, reg: Registered, run_id: RunId, key: Option<IdempotencyKey>) -> Turn {
+/// The turn of record request `req`, registered as `reg`, that arrived at `arrived`.
+fn turn(
+    req: TurnRequest,
+    reg: Registered,
+    run_id: RunId,
+    key: Option<IdempotencyKey>,
+    arrived: Arrival,
+) -> Turn {
     Turn {
+        arrived,
         pending: reg.pending,
         active: reg.active,
         run_id,
@@ -78,6 +85,7 @@ impl Sidecar {
     /// `kind = "record"`: one turn, recorded as a new run of the chat.
     pub(crate) async fn record(&self, session: &mut Session, m: &Matched<'_>) -> Handled {
         let s = &self.shared;
+        let arrived = Arrival::now();
         if s.draining.load(Ordering::Relaxed) {
             return Err(ApiError::new(
                 Code::Draining,
@@ -96,7 +104,7 @@ impl Sidecar {
             // size this future for every turn.
             let registered = self.register(session, m, &req, &run_id, key.as_ref());
             match Box::pin(registered).await {
-                Ok(reg) => turn(req, reg, run_id, key),
+                Ok(reg) => turn(req, reg, run_id, key, arrived),
                 Err(answered) => return answered,
             }
         };

@@ -14,6 +14,7 @@ use serde_json::json;
 use super::cors::Cors;
 use super::session::{Handled, Reply, SessionSink};
 use super::shared::Shared;
+use crate::accounting::Join;
 use crate::backend::relayed;
 use crate::chats::Owner;
 use crate::config::{DialectKind, Expired, OnNothing};
@@ -138,7 +139,11 @@ pub(crate) async fn serve_verbatim(
         inject_ids: read.inject_ids,
     };
     let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
-    let outcome = replay::serve(&mut sink, run, read.plan, &opts, &s.stop).await;
+    let how = match read.reader {
+        Reader::Resume(_) => Join::Resume,
+        Reader::Requester => Join::Origin,
+    };
+    let outcome = replay::serve(&mut sink, run, read.plan, how, &opts, &s.stop).await;
     match outcome {
         Exit::Ended if sink.finish().await => Ok(Reply::Done),
         _ => Ok(Reply::Abort),

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::cors::Cors;
+use crate::accounting::Ledger;
 use crate::backend::Upstream;
 use crate::budget::Budget;
 use crate::chats::Chats;
@@ -28,6 +29,8 @@ pub struct Shared {
     pub upstream: Arc<Upstream>,
     /// Metric families.
     pub metrics: Metrics,
+    /// Where each ended run's record goes (log, counters, webhook) and the runs' tracer.
+    pub ledger: Arc<Ledger>,
     /// The proxy listener's families (client connections, their limits, backend requests).
     pub downstream: DownstreamMetrics,
     /// Bytes buffered for clients and backends (`[limits] max_buffered_bytes`).

@@ -2,6 +2,8 @@
 //! tether's status object or in the `igraph` answer form; `204` (or `404` in that form) when
 //! there is none.
 //!
+//! tether's status object carries the run's `usage` and `watch` ([`crate::accounting`]).
+//!
 //! Every lookup is scoped by the caller's owner, so a request about another caller's chat gets
 //! exactly the answer an unknown chat gets.
 
@@ -14,6 +16,7 @@ use super::{Matched, Sidecar};
 use crate::chats::Name;
 use crate::config::Answer;
 use crate::request;
+use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 
 impl Sidecar {
@@ -64,6 +67,22 @@ impl Sidecar {
             "persisted": end.as_ref().is_some_and(|e| e.persisted),
             "superseded": end.as_ref().is_some_and(|e| e.superseded),
         });
+        let v = with_accounting(v, &run);
         Ok(Reply::Json(200, Some(v)))
     }
+}
+
+/// A status object with the run's `usage` (the provider's numbers so far: `null` while it
+/// reported none) and `watch` (who reads it). A mirror of a run another replica produces has
+/// neither here: both are `null`.
+fn with_accounting(mut v: serde_json::Value, run: &Run) -> serde_json::Value {
+    let (usage, watch) = match run.is_mirror() {
+        true => (serde_json::Value::Null, serde_json::Value::Null),
+        false => (json!(run.usage()), json!(run.watch_record())),
+    };
+    if let Some(obj) = v.as_object_mut() {
+        obj.insert("usage".into(), usage);
+        obj.insert("watch".into(), watch);
+    }
+    v
 }

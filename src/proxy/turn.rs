@@ -3,17 +3,22 @@
 //! what the producer reports (protocol-1 frames, the upstream bytes unchanged for a legacy
 //! client, the raw record with ids added or made unique, or the upstream's own non-SSE answer).
 
+use std::time::SystemTime;
+
 use bytes::Bytes;
+use pingora_http::RequestHeader;
 use pingora_proxy::Session;
+use tokio::time::Instant;
 
 use super::serve::{add_token_headers, observe, serve_verbatim, write_sse_header};
 use super::serve::{Reader, Verbatim};
 use super::session::{at_capacity, relay, relay_upstream, unreachable, Handled, Reply, Source};
 use super::shared::Shared;
+use crate::accounting::trace::{parent_context, TRACEPARENT, TRACESTATE};
 use crate::backend::slots::Slot;
 use crate::config::{Ids, Route};
 use crate::dialect::Plan;
-use crate::producer::{self, Head, Job, Rules};
+use crate::producer::{self, Head, Job, Rules, RunAccount};
 use crate::state::attach_policy::Start;
 use crate::state::owner_limits::ActiveRun;
 use crate::state::registry::Pending;
@@ -37,6 +42,28 @@ pub(crate) struct Turn {
     /// Index-only names of the run: its idempotency key's
     /// ([`IdempotencyKey::names`](crate::chats::IdempotencyKey::names)).
     pub(crate) keys: Vec<String>,
+    /// When its request arrived.
+    pub(crate) arrived: Arrival,
+}
+
+/// When a turn's request arrived: where its span, its first-byte time and its duration count
+/// from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrival {
+    /// On the monotonic clock.
+    pub(crate) at: Instant,
+    /// On the wall clock.
+    pub(crate) wall: SystemTime,
+}
+
+impl Arrival {
+    /// Now.
+    pub(crate) fn now() -> Arrival {
+        Arrival {
+            at: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
 }
 
 /// Forwards the request through a producer and answers from what it reports.
@@ -109,8 +136,10 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         legacy: _,
         request_aliases,
         keys,
+        arrived,
     } = turn;
     let max = s.cfg.upstream_opts.max_run_duration.0;
+    let (request, account) = account(s, session, &body, arrived);
     Job {
         upstream: s.upstream.clone(),
         chats: s.chats.clone(),
@@ -119,7 +148,7 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         active,
         run_id,
         route: route.path.as_str().to_string(),
-        request: session.req_header().clone(),
+        request,
         body,
         slot,
         rules: Rules {
@@ -133,9 +162,66 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
             request_aliases,
             keys,
             tokens: route.tokens.clone(),
+            usage: route.usage.clone(),
+            on_disconnect: route.on_disconnect,
         },
         budget: s.budget.clone(),
         max_duration: (!max.is_zero()).then_some(max),
         legacy: tee.then_some(s.cfg.limits.max_client_buffer_bytes),
+        account,
     }
+}
+
+/// The request forwarded to the backend and the run's accounting: the run's span opened (a
+/// child of the caller's `traceparent`, when it sent one), the forwarded request carrying the
+/// span's own `traceparent` as its parent; the owner's subject and the model the body names.
+fn account(
+    s: &Shared,
+    session: &Session,
+    body: &[u8],
+    arrived: Arrival,
+) -> (RequestHeader, RunAccount) {
+    let mut request = session.req_header().clone();
+    let header = |name: &str| {
+        request
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let (parent, state) = (header(TRACEPARENT), header(TRACESTATE));
+    let request_model = request_model(body);
+    let span = s.ledger.run_span(
+        parent.as_deref(),
+        state.as_deref(),
+        request_model.as_deref(),
+        arrived.wall,
+    );
+    let caller_trace =
+        parent_context(parent.as_deref(), state.as_deref()).map(|sc| sc.trace_id().to_string());
+    if let Some(span) = &span {
+        let _ = request.insert_header(TRACEPARENT, span.traceparent());
+        if let Some(state) = span.tracestate() {
+            let _ = request.insert_header(TRACESTATE, state);
+        }
+    }
+    let account = RunAccount {
+        ledger: s.ledger.clone(),
+        span,
+        caller_trace,
+        owner: s.chats.subject(&request.headers),
+        request_model,
+        arrived: arrived.at,
+        arrived_wall: arrived.wall,
+    };
+    (request, account)
+}
+
+/// The `model` a JSON request body names, if any.
+fn request_model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Model {
+        model: Option<String>,
+    }
+    serde_json::from_slice::<Model>(body).ok()?.model
 }

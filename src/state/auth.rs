@@ -63,15 +63,10 @@ impl Auth {
         }
     }
 
-    /// The caller of a request with these headers. With a subject configured, a request that
-    /// lacks it, or names it more than once (two header lines of its name, two `Authorization`
-    /// headers, the cookie twice in one or more `Cookie` headers), gets 401 `unauthenticated`:
-    /// behind a gateway that adds the verified identity to what the client sent, the first or
-    /// last of several values may be the client's own. A single value is taken whole (a comma
-    /// in it is not a list): it hashes to an owner of its own.
-    pub fn owner(&self, headers: &HeaderMap) -> Result<Owner, ApiError> {
-        let values: Vec<Vec<u8>> = match &self.subject {
-            Subject::None => return Ok(Owner(None)),
+    /// Every value of the subject in a request with these headers.
+    fn values(&self, headers: &HeaderMap) -> Vec<Vec<u8>> {
+        match &self.subject {
+            Subject::None => Vec::new(),
             Subject::Header(h) => all(headers, h.as_str()),
             Subject::Authorization => all(headers, "authorization"),
             Subject::Cookie(name) => headers
@@ -83,7 +78,33 @@ impl Auth {
                 .filter(|c| c.name() == name)
                 .map(|c| c.value().as_bytes().to_vec())
                 .collect(),
-        };
+        }
+    }
+
+    /// The subject of a request with these headers as the run record names its owner: the
+    /// value of the configured header or cookie. `None` with no subject, or when the subject
+    /// is the `Authorization` header (a credential is never written to a record).
+    pub fn subject(&self, headers: &HeaderMap) -> Option<String> {
+        if matches!(self.subject, Subject::None | Subject::Authorization) {
+            return None;
+        }
+        match self.values(headers).as_slice() {
+            [v] if !v.is_empty() => Some(String::from_utf8_lossy(v).into_owned()),
+            _ => None,
+        }
+    }
+
+    /// The caller of a request with these headers. With a subject configured, a request that
+    /// lacks it, or names it more than once (two header lines of its name, two `Authorization`
+    /// headers, the cookie twice in one or more `Cookie` headers), gets 401 `unauthenticated`:
+    /// behind a gateway that adds the verified identity to what the client sent, the first or
+    /// last of several values may be the client's own. A single value is taken whole (a comma
+    /// in it is not a list): it hashes to an owner of its own.
+    pub fn owner(&self, headers: &HeaderMap) -> Result<Owner, ApiError> {
+        if self.subject == Subject::None {
+            return Ok(Owner(None));
+        }
+        let values = self.values(headers);
         match values.as_slice() {
             [v] if !v.is_empty() => Ok(Owner(Some(blake3::keyed_hash(&self.key, v)))),
             [_, _, ..] => Err(ApiError::new(

@@ -1,5 +1,6 @@
 //! One run's local handle: its journal, the stop request, the producer's lifecycle, the
-//! observers attached here and how long it has gone unobserved, and the per-seq snapshot cache.
+//! observers attached here and how long it has gone unobserved, its watch record and the
+//! provider's usage so far ([`crate::accounting`]), and the per-seq snapshot cache.
 //!
 //! The log itself (seqs, window, history, terminal state) is the run's [`Journal`]; this handle
 //! adds what only the process that serves the run knows. [`Run::snapshot`] serializes a snapshot
@@ -16,10 +17,12 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::accounting::{Join, Watch, WatchRecord};
 use crate::dialect::{protocol1::Protocol1, Dialect};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
 use crate::record::format::Event;
+use crate::record::usage::Usage;
 use crate::state::auth::{IdKey, Owner};
 use crate::vocab::end::{End, EndReason};
 use crate::vocab::RunId;
@@ -61,6 +64,20 @@ pub struct Run {
     owner: OnceLock<Owner>,
     /// Its route, format and wall-clock start, for the admin API.
     labels: Labels,
+    /// Who watches it and what it has cost so far ([`crate::accounting`]).
+    account: Mutex<Account>,
+    /// The number of clients reading it, for whoever waits for the last one to leave.
+    presence: watch::Sender<usize>,
+}
+
+/// What a run's accounting learns while it runs.
+#[derive(Debug)]
+struct Account {
+    watch: Watch,
+    /// The provider's usage so far, when its stream reported any.
+    usage: Option<Usage>,
+    /// Events recorded since the last client left (0 while one reads).
+    unwatched_stretch: u64,
 }
 
 impl Run {
@@ -94,6 +111,12 @@ impl Run {
             journaled: AtomicBool::new(false),
             owner: OnceLock::new(),
             labels: Labels::new(),
+            account: Mutex::new(Account {
+                watch: Watch::new(now),
+                usage: None,
+                unwatched_stretch: 0,
+            }),
+            presence: watch::channel(0).0,
         }
     }
 
@@ -279,11 +302,55 @@ impl Run {
         self.journal.capture()
     }
 
-    /// Counts an observer in; the guard counts it out when dropped.
-    pub fn observe(self: &Arc<Self>) -> ObserverGuard {
-        let now = self.observers.fetch_add(1, Ordering::Relaxed) + 1;
+    /// Counts an observer in, come as `how` (the run's watch record counts attaches and
+    /// resumes); the guard counts it out when dropped.
+    pub fn observe(self: &Arc<Self>, how: Join) -> ObserverGuard {
+        let now = {
+            let mut a = self.account.lock();
+            a.watch.join(Instant::now(), how);
+            a.unwatched_stretch = 0;
+            self.observers.fetch_add(1, Ordering::Relaxed) + 1
+        };
         self.peak_observers.fetch_max(now, Ordering::Relaxed);
+        self.presence.send_replace(now);
         ObserverGuard(self.clone())
+    }
+
+    /// Counts `n` recorded events in the watch record. Returns whether no client was reading
+    /// the run (they count as unwatched).
+    pub fn watch_events(&self, n: u64) -> bool {
+        let mut a = self.account.lock();
+        let unwatched = a.watch.events(n);
+        if unwatched {
+            a.unwatched_stretch = a.unwatched_stretch.saturating_add(n);
+        }
+        unwatched
+    }
+
+    /// Events recorded since the last client left (0 while one reads the run).
+    pub fn unwatched_stretch(&self) -> u64 {
+        self.account.lock().unwatched_stretch
+    }
+
+    /// The run's watch record as of now (at its end, once it ended).
+    pub fn watch_record(&self) -> WatchRecord {
+        let end = self.finished_at().unwrap_or_else(Instant::now);
+        self.account.lock().watch.so_far(end)
+    }
+
+    /// Publishes the provider's usage so far (the status route shows it).
+    pub fn set_usage(&self, usage: Option<Usage>) {
+        self.account.lock().usage = usage;
+    }
+
+    /// The provider's usage so far, when the stream reported any.
+    pub fn usage(&self) -> Option<Usage> {
+        self.account.lock().usage.clone()
+    }
+
+    /// A receiver of the number of clients reading the run, changed on every join and leave.
+    pub fn presence(&self) -> watch::Receiver<usize> {
+        self.presence.subscribe()
     }
 
     /// The most observers attached at once.
@@ -379,9 +446,20 @@ pub struct ObserverGuard(Arc<Run>);
 impl Drop for ObserverGuard {
     fn drop(&mut self) {
         let run = &self.0;
-        if run.observers.fetch_sub(1, Ordering::Relaxed) == 1 {
-            *run.unobserved_since.lock() = Instant::now();
-        }
+        let left = {
+            let mut a = run.account.lock();
+            let now = Instant::now();
+            a.watch.leave(now);
+            let left = run
+                .observers
+                .fetch_sub(1, Ordering::Relaxed)
+                .saturating_sub(1);
+            if left == 0 {
+                *run.unobserved_since.lock() = now;
+            }
+            left
+        };
+        run.presence.send_replace(left);
     }
 }
 

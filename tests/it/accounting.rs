@@ -2,5 +2,9 @@
 //! receiver outage (every record arrives, once per idempotency key), its bounded queue, and the
 //! OTLP/HTTP trace exporter (the real protobuf decoded).
 
+mod disconnect;
+mod journal;
 mod otlp;
+mod outage;
+mod runs;
 mod webhook;

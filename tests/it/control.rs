@@ -182,9 +182,17 @@ async fn run_status_reports_running_then_completed_and_204_without_a_run() {
     );
     let (run, mut client) = started(&tether, "c", &[]).await;
     let mut r = request(tether.addr, "GET", "/chat/run?chat_id=c", &[], b"").await;
+    let mut v = json_body(&mut r).await;
+    let watch = v.as_object_mut().unwrap().remove("watch").unwrap();
     assert_eq!(
-        json_body(&mut r).await,
-        json!({"run_id":run,"status":"running","seq":2,"persisted":false,"superseded":false})
+        v,
+        json!({"run_id":run,"status":"running","seq":2,"persisted":false,"superseded":false,
+               "usage":null})
+    );
+    // Its requester reads it; AG-UI reports no usage unless the route says where.
+    assert_eq!(
+        (&watch["observers"], &watch["attaches"]),
+        (&json!(1), &json!(0))
     );
     gate.open();
     client.frames_to_end().await;
@@ -393,6 +401,13 @@ async fn a_run_nobody_watches_is_stopped_as_abandoned() {
     assert_eq!(
         (end.persisted, end.reason.map(|r| r.as_str())),
         (false, Some("abandoned"))
+    );
+    // The global abandon counts in the per-route family, as a route's on_disconnect does.
+    assert_eq!(
+        tether
+            .metric("tether_runs_abandoned_total{route=\"/chat\"}")
+            .await,
+        1.0
     );
     gate.open();
 }

@@ -3,7 +3,7 @@
 //! that recovers the whole answer through `/chat/live`. Each format is one module; the shared
 //! harness is `common`.
 
-mod common;
+pub(crate) mod common;
 
 mod agui;
 mod ai_sdk;

@@ -40,6 +40,7 @@ async fn a_reader_gets_the_frames_from_its_index_then_closes_when_the_run_ends()
         &mut sink,
         &run,
         Plan::From(1),
+        Join::Resume,
         &opts(false),
         &CancellationToken::new(),
     )
@@ -62,6 +63,7 @@ async fn injected_ids_name_each_frame_by_run_and_index() {
         &mut sink,
         &run,
         Plan::From(0),
+        Join::Resume,
         &opts(true),
         &CancellationToken::new(),
     )
@@ -83,6 +85,7 @@ async fn a_from_start_reader_gets_the_compacted_history_then_the_live_tail() {
                 &mut sink,
                 &run,
                 Plan::Render,
+                Join::Resume,
                 &opts(false),
                 &CancellationToken::new(),
             )
@@ -114,6 +117,7 @@ async fn an_empty_plan_ends_at_once() {
         &mut sink,
         &run,
         Plan::Empty,
+        Join::Resume,
         &opts(false),
         &CancellationToken::new(),
     )
@@ -133,7 +137,15 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
         let (run, stop) = (run.clone(), stop.clone());
         tokio::spawn(async move {
             let mut sink = Collect(Vec::new());
-            let out = serve(&mut sink, &run, Plan::From(0), &opts(false), &stop).await;
+            let out = serve(
+                &mut sink,
+                &run,
+                Plan::From(0),
+                Join::Resume,
+                &opts(false),
+                &stop,
+            )
+            .await;
             (out, String::from_utf8(sink.0).unwrap())
         })
     };

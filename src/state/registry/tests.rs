@@ -407,7 +407,7 @@ async fn a_run_unobserved_for_the_abandon_time_is_abandoned_and_a_watched_one_is
     let reg = reg(Duration::from_secs(60), 8);
     let lonely = live(&reg, "a", "r1");
     let watched = live(&reg, "b", "r2");
-    let _guard = watched.observe();
+    let _guard = watched.observe(crate::accounting::Join::Attach);
     tokio::time::advance(Duration::from_secs(9)).await;
     assert!(reg.abandoned(Duration::from_secs(10)).is_empty());
     tokio::time::advance(Duration::from_secs(1)).await;
@@ -418,7 +418,7 @@ async fn a_run_unobserved_for_the_abandon_time_is_abandoned_and_a_watched_one_is
         .collect();
     assert_eq!(gone, ["r1"]);
     // An observer that came and left restarts the clock.
-    drop(lonely.observe());
+    drop(lonely.observe(crate::accounting::Join::Attach));
     assert!(reg.abandoned(Duration::from_secs(10)).is_empty());
 }
 
