@@ -28,6 +28,7 @@ mod limits;
 mod links;
 mod ops;
 mod owner_limits;
+mod readme;
 mod record;
 mod routes;
 mod tls;
