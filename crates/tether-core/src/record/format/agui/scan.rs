@@ -1,9 +1,9 @@
 //! A scanner for AG-UI events: one pass over a JSON object that checks it as `serde_json` does and
 //! takes the spans of the five top-level members the classifier reads, without `serde_json`'s
-//! visitor machinery. It answers only when it is sure; anything it does not handle (an escaped
-//! top-level key, a known key twice, nesting deeper than 128, invalid JSON) is left to the
-//! `serde_json` path, which stays the reference (see `agui/tests.rs` and the `agui_scan` fuzz
-//! target, which check that both agree).
+//! visitor machinery. It answers only when it is sure; anything it does not handle (a control
+//! byte anywhere, an escaped top-level key, a known key twice, nesting deeper than 128, invalid
+//! JSON) is left to the `serde_json` path, which stays the reference (see `agui/tests.rs` and the
+//! `agui_scan` fuzz target, which check that both agree).
 
 use std::ops::Range;
 
@@ -23,12 +23,20 @@ pub struct Members {
     pub name: Option<Range<usize>>,
 }
 
+/// Bytes of a string searched a byte at a time before `memchr` takes over.
+const SHORT: usize = 16;
+
 /// Deepest nesting the scanner follows (a bit a level); deeper values go to `serde_json`.
 const MAX_DEPTH: u32 = 128;
 
 /// The members of `data`, one JSON object (JSON whitespace around it), when the scanner is sure
 /// `serde_json` would read the same; `None` when it is not (the caller asks `serde_json`).
 pub fn scan(data: &[u8]) -> Option<Members> {
+    // A control byte is whitespace between tokens or an error in a string: left to `serde_json`
+    // (one line of SSE data holds none), so strings need look only for quotes and escapes.
+    if data.iter().fold(false, |any, &b| any | (b < 0x20)) {
+        return None;
+    }
     let mut c = Cursor { d: data, i: 0 };
     c.ws();
     c.eat(b'{')?;
@@ -47,7 +55,14 @@ pub fn scan(data: &[u8]) -> Option<Members> {
             }
             c.ws();
             let start = c.i;
-            c.value()?;
+            // A string or a number directly; anything else (nesting) by the general walk.
+            match c.peek()? {
+                b'"' => {
+                    c.string()?;
+                }
+                b'-' | b'0'..=b'9' => c.number()?,
+                _ => c.value()?,
+            }
             let slot = match &data[key] {
                 b"type" => Some((1, &mut m.ty)),
                 b"messageId" => Some((2, &mut m.message_id)),
@@ -87,27 +102,19 @@ struct Cursor<'a> {
     i: usize,
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// Whether any of the 8 bytes of `w` is a quote, a backslash or a control byte (may say yes
-/// falsely above a true hit, never no falsely).
-fn special(w: u64) -> bool {
-    let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
-    (zero(w ^ (ONES * u64::from(b'"'))) | zero(w ^ (ONES * u64::from(b'\\'))) | control) != 0
-}
-
 impl Cursor<'_> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.d.get(self.i).copied()
     }
 
+    #[inline(always)]
     fn eat(&mut self, b: u8) -> Option<()> {
         (self.peek()? == b).then(|| self.i += 1)
     }
 
     /// Skips JSON whitespace (space, tab, LF, CR: not form feed).
+    #[inline(always)]
     fn ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
             self.i += 1;
@@ -126,50 +133,59 @@ impl Cursor<'_> {
     }
 
     /// A string literal from its opening quote, checked as `serde_json` skips one (escapes
-    /// `\" \\ \/ \b \f \n \r \t \uXXXX`, no control bytes; surrogates unchecked): whether it held
-    /// an escape.
+    /// `\" \\ \/ \b \f \n \r \t \uXXXX`; surrogates unchecked; control bytes were refused by
+    /// [`scan`] before): whether it held an escape.
+    #[inline(always)]
     fn string(&mut self) -> Option<bool> {
+        let d = self.d;
         self.eat(b'"')?;
+        let mut i = self.i;
         let mut escaped = false;
         loop {
-            while let Some(w) = self.d.get(self.i..self.i + 8) {
-                let w = u64::from_le_bytes(w.try_into().ok()?);
-                if special(w) {
-                    break;
-                }
-                self.i += 8;
+            // Most strings end within a few bytes: a plain loop finds those, `memchr` the rest.
+            let end = d.len().min(i + SHORT);
+            while i < end && d[i] != b'"' && d[i] != b'\\' {
+                i += 1;
             }
-            let b = self.peek()?;
-            self.i += 1;
-            match b {
-                b'"' => return Some(escaped),
-                b'\\' => {
-                    escaped = true;
-                    match self.peek()? {
-                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
-                        b'u' => {
-                            let hex = self.d.get(self.i + 1..self.i + 5)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                                return None;
-                            }
-                            self.i += 5;
-                        }
-                        _ => return None,
-                    }
-                }
-                0..=0x1f => return None,
-                _ => {}
+            if i == end {
+                i += memchr::memchr2(b'"', b'\\', d.get(i..)?)?;
             }
+            self.i = i + 1;
+            if d[i] == b'"' {
+                return Some(escaped);
+            }
+            escaped = true;
+            self.escape()?;
+            i = self.i;
         }
     }
 
+    /// The rest of an escape after its backslash: one of `"\\/bfnrt`, or `u` and four hex digits.
+    fn escape(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 1,
+            b'u' => {
+                let hex = self.d.get(self.i + 1..self.i + 5)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                self.i += 5;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
     /// Digits; how many.
+    #[inline(always)]
     fn digits(&mut self) -> usize {
         let start = self.i;
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.i += 1;
-        }
-        self.i - start
+        let n = self.d[start.min(self.d.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        self.i += n;
+        n
     }
 
     /// A number: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.

@@ -77,7 +77,7 @@ fn scans_flat_events_as_serde_reads_them() {
         r#"{"type":5,"delta":"x","name":["a"],"messageId":{"k\"ey":1}}"#,
         "{}",
         "{\"type\":\"CUSTOM\",\"name\":\"é ünïcode 日本\",\"value\":-12.5E+7}",
-        "\t\r\n{\"type\":\"STEP_STARTED\",\"stepName\":\"a long name over eight bytes\"}\n",
+        "  {\"type\":\"STEP_STARTED\",\"stepName\":\"a long name over sixteen bytes, \\\" and more\"} ",
     ] {
         assert!(agrees(text.as_bytes()), "the scanner answers {text}");
     }
@@ -109,6 +109,9 @@ fn leaves_to_serde_what_it_does_not_handle() {
         r#"{"type":[}"#,
         r#"{"type":"X""#,
         "\u{c}{\"type\":\"X\"}",
+        // Control bytes, whitespace or not: serde's to judge.
+        "\t\r\n{\"type\":\"STEP_STARTED\"}\n",
+        "{\"type\":\t\"STEP_STARTED\"}",
         r#"{1:2}"#,
         "{",
     ] {
@@ -191,7 +194,7 @@ fn object() -> impl Strategy<Value = String> {
     ];
     (
         prop::collection::vec((key, ty), 0..6),
-        prop::sample::select(vec!["", " ", "\n", " \t\r\n "]),
+        prop::sample::select(vec!["", " ", "   "]),
     )
         .prop_map(|(members, ws)| {
             let mut seen = Vec::new();
