@@ -24,7 +24,19 @@ pub struct Members {
 }
 
 /// Bytes of a string searched a byte at a time before `memchr` takes over.
-const SHORT: usize = 16;
+const SHORT: usize = 32;
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// `"` in every byte of a word.
+const QUOTES: u64 = ONES * b'"' as u64;
+/// `\` in every byte of a word.
+const BACKSLASHES: u64 = ONES * b'\\' as u64;
+
+/// The high bit of each zero byte of `v` (and possibly of bytes above the lowest zero byte).
+#[inline(always)]
+fn zero(v: u64) -> u64 {
+    v.wrapping_sub(ONES) & !v & 0x8080_8080_8080_8080
+}
 
 /// Deepest nesting the scanner follows (a bit a level); deeper values go to `serde_json`.
 const MAX_DEPTH: u32 = 128;
@@ -142,16 +154,31 @@ impl Cursor<'_> {
         let mut i = self.i;
         let mut escaped = false;
         loop {
-            // Most strings end within a few bytes: a plain loop finds those, `memchr` the rest.
-            let end = d.len().min(i + SHORT);
-            while i < end && d[i] != b'"' && d[i] != b'\\' {
-                i += 1;
-            }
-            if i == end {
-                i += memchr::memchr2(b'"', b'\\', d.get(i..)?)?;
+            // Eight bytes at a time: the lowest byte flagged in a word is the first quote or
+            // backslash (the flag's false hits lie only above a true one); `memchr` past
+            // [`SHORT`] bytes, a byte at a time in the input's last bytes.
+            let start = i;
+            loop {
+                let Some(w) = d.get(i..i + 8) else {
+                    while d.get(i).is_some_and(|&b| b != b'"' && b != b'\\') {
+                        i += 1;
+                    }
+                    break;
+                };
+                let w = u64::from_le_bytes(w.try_into().ok()?);
+                let hits = zero(w ^ QUOTES) | zero(w ^ BACKSLASHES);
+                if hits != 0 {
+                    i += (hits.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                i += 8;
+                if i - start >= SHORT {
+                    i += memchr::memchr2(b'"', b'\\', d.get(i..)?)?;
+                    break;
+                }
             }
             self.i = i + 1;
-            if d[i] == b'"' {
+            if *d.get(i)? == b'"' {
                 return Some(escaped);
             }
             escaped = true;

@@ -81,6 +81,18 @@ fn scans_flat_events_as_serde_reads_them() {
     ] {
         assert!(agrees(text.as_bytes()), "the scanner answers {text}");
     }
+    // Long deltas, an escape or a multi-byte character at every offset across the word and
+    // `memchr` boundaries.
+    for at in 0..80 {
+        for insert in ["\\\"", "\\u00e9", "é", "\\\\"] {
+            let delta = format!("{}{insert}{}", "x".repeat(at), "y".repeat(1000 - at));
+            let text =
+                format!(r#"{{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"{delta}"}}"#);
+            assert!(agrees(text.as_bytes()), "the scanner answers a long delta");
+            let m = scan(text.as_bytes()).expect("scanned");
+            assert_eq!(m.delta.map(|r| r.len()), Some(delta.len() + 2));
+        }
+    }
 }
 
 #[test]
