@@ -23,9 +23,10 @@ pub struct Members {
     pub name: Option<Range<usize>>,
 }
 
-/// Bytes of a string searched a byte at a time before `memchr` takes over.
+/// Bytes of a string searched a word at a time before `memchr` takes over.
 const SHORT: usize = 32;
 
+/// `1` in every byte of a word.
 const ONES: u64 = 0x0101_0101_0101_0101;
 /// `"` in every byte of a word.
 const QUOTES: u64 = ONES * b'"' as u64;
