@@ -279,10 +279,15 @@ impl<'a> SessionSink<'a> {
 }
 
 impl Sink for SessionSink<'_> {
+    /// Writes through the downstream session itself, below the proxy session's body filters:
+    /// tether registers no downstream modules (`Sidecar::init_downstream_modules`), so those
+    /// filters are an empty loop, and skipping their layer saves every write its instructions
+    /// (docs/performance.md, 2026-12-05).
     async fn send(&mut self, data: Bytes) -> std::result::Result<(), ClientGone> {
+        let downstream = self.session.as_downstream_mut();
         match self
             .stall
-            .run(self.session.write_response_body(Some(data), false))
+            .run(downstream.write_response_body(data, false))
             .await
         {
             Ok(Ok(())) => Ok(()),

@@ -1,7 +1,12 @@
 //! AG-UI: classifies `data: <json>` events by `type`; text, reasoning and tool-argument deltas
 //! merge by `messageId` / `toolCallId`, `*_CHUNK` streams by their open chunk, and
 //! `THINKING_TEXT_MESSAGE_CONTENT` only when directly adjacent. `RUN_FINISHED` and `RUN_ERROR`
-//! end a stream.
+//! end a stream. The members are found by a scanner ([`scan`]), with `serde_json` behind it for
+//! whatever the scanner leaves.
+
+pub mod scan;
+#[cfg(test)]
+mod tests;
 
 use std::ops::Range;
 
@@ -9,6 +14,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use self::scan::Members;
 use super::{one_line, wrap_raw, Event, Format, FormatKind, Merge, MergeClass, Spans};
 use crate::record::sse::SseEvent;
 
@@ -75,30 +81,52 @@ fn classify_json(data: &Bytes) -> Option<Event> {
     if data[start] != b'{' {
         return None;
     }
-    // Validating UTF-8 up front lets serde_json skip it, and covers the fields it ignores.
+    // Validating UTF-8 up front lets the scanner and serde_json skip it, and covers the fields
+    // they ignore.
     let text = std::str::from_utf8(data).ok()?;
-    let fields: Fields = match serde_json::from_str(text) {
-        Ok(f) => f,
-        // Valid JSON that the borrowing pass cannot take (a duplicate key, an escaped key):
-        // keep it verbatim, unclassified.
-        Err(_) => {
-            serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
-            return Some(Event::verbatim(data.clone(), 0..0, 0..0));
-        }
+    let members = match scan::scan(data) {
+        Some(m) => m,
+        None => match members_by_serde(text) {
+            Ok(m) => m,
+            // Valid JSON that the borrowing pass cannot take (a duplicate key): keep it verbatim,
+            // unclassified.
+            Err(_) => {
+                serde_json::from_str::<serde::de::IgnoredAny>(text).ok()?;
+                return Some(Event::verbatim(data.clone(), 0..0, 0..0));
+            }
+        },
     };
+    Some(event_of(data, &members))
+}
+
+/// The members of `text` read by `serde_json` into borrowed fields, the reference the scanner is
+/// checked against; `Err` when `serde_json` refuses them (invalid JSON, a known key twice).
+pub fn members_by_serde(text: &str) -> Result<Members, serde_json::Error> {
+    let fields: Fields = serde_json::from_str(text)?;
+    let spans = Spans::new(text.as_bytes());
+    Ok(Members {
+        ty: spans.of(fields.ty),
+        message_id: spans.of(fields.message_id),
+        tool_call_id: spans.of(fields.tool_call_id),
+        delta: spans.of(fields.delta),
+        name: spans.of(fields.name),
+    })
+}
+
+/// The classified event of `data` whose members are `m`.
+fn event_of(data: &Bytes, m: &Members) -> Event {
     let spans = Spans::new(data);
-    let span = |raw: Option<&RawValue>| spans.of(raw);
-    let inner = |r: Range<usize>| spans.string(r);
-    let ty = span(fields.ty).and_then(inner).unwrap_or(0..0);
-    let name = span(fields.name).and_then(inner).unwrap_or(0..0);
+    let inner = |r: &Option<Range<usize>>| r.clone().and_then(|r| spans.string(r));
+    let ty = inner(&m.ty).unwrap_or(0..0);
+    let name = inner(&m.name).unwrap_or(0..0);
     let merge = merge_class(&data[ty.clone()]).and_then(|class| {
-        let delta = inner(span(fields.delta)?)?;
+        let delta = inner(&m.delta)?;
         let key = if class == TOOL_CALL_ARGS || class == TOOL_CALL_CHUNK {
-            span(fields.tool_call_id)
+            m.tool_call_id.clone()
         } else if class == THINKING_CONTENT {
             None
         } else {
-            span(fields.message_id)
+            m.message_id.clone()
         };
         let key = match key {
             Some(k) => k,
@@ -113,12 +141,11 @@ fn classify_json(data: &Bytes) -> Option<Event> {
             last: None,
         })
     });
-    let ty_bytes = &data[ty.clone()];
-    let terminal = matches!(ty_bytes, b"RUN_FINISHED" | b"RUN_ERROR");
+    let terminal = matches!(&data[ty.clone()], b"RUN_FINISHED" | b"RUN_ERROR");
     let mut event = Event::verbatim(data.clone(), ty, name);
     event.merge = merge;
     event.terminal = terminal;
-    Some(event)
+    event
 }
 
 fn merge_class(ty: &[u8]) -> Option<MergeClass> {
