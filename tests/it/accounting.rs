@@ -4,6 +4,7 @@
 
 mod disconnect;
 mod journal;
+mod logline;
 mod otlp;
 mod outage;
 mod runs;
