@@ -22,13 +22,11 @@ fn lines(pipe: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
     rx
 }
 
-/// The first line from `rx` that `pick` takes, within 20 s.
+/// The first line from `rx` that `pick` takes, each line within 20 s.
 fn first<T>(rx: &mpsc::Receiver<String>, what: &str, pick: impl Fn(&str) -> Option<T>) -> T {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
         let line = rx
-            .recv_timeout(left)
+            .recv_timeout(Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("no {what}: {e}"));
         if let Some(v) = pick(&line) {
             return v;
