@@ -119,6 +119,9 @@ impl Writer {
             if ticked && msgs.is_empty() && !self.ended {
                 self.lease_tick().await;
             }
+            if !self.ended && self.live && self.cluster.lapsed() {
+                self.lapsed().await;
+            }
             if let Some((end, deadline)) = self.pending_end.take() {
                 self.retry_end(end, deadline, true).await;
             } else if !self.ended && (!self.live || lane.lost.load(Ordering::Relaxed)) {
@@ -152,10 +155,11 @@ impl Writer {
             Ok(v) if v.first().map(Vec::as_slice) == Some(b"fenced") => WriteResult::Fenced,
             Ok(v) if v.first().map(Vec::as_slice) == Some(b"ended") => WriteResult::Ended,
             Ok(_) => WriteResult::Ok,
+            Err(e) if super::refuses_writes(e) => WriteResult::Refused,
             Err(_) => WriteResult::Error,
         };
         jm.writes.inc(result);
-        self.cluster.health(r.is_ok());
+        self.cluster.health(&r);
         r.map(|v| v.into_iter().map(Bytes::from).collect())
     }
 

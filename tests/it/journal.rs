@@ -8,6 +8,7 @@ mod cluster;
 mod dialects;
 mod doorbells;
 mod lost;
+mod one_end;
 mod owners;
 mod rebase;
 mod retries;

@@ -205,7 +205,7 @@ impl Lane {
         jm.write_seconds.observe(sent.at.elapsed().as_secs_f64());
         let (result, flag) = outcome(&r);
         jm.writes.inc(result);
-        health.record(r.is_ok());
+        health.record(&r);
         let mut st = self.st.lock();
         let mut wake = false;
         let again = match result {
@@ -370,6 +370,7 @@ fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
     let v = match r {
         Ok(Value::Int(1)) => return (WriteResult::Ok, Some(Bytes::new())),
         Ok(Value::Array(v)) => v,
+        Err(e) if crate::replica::refuses_writes(e) => return (WriteResult::Refused, None),
         _ => return (WriteResult::Error, None),
     };
     let text = |i: usize| match v.get(i) {

@@ -47,13 +47,12 @@ impl Writer {
             }
         };
         // Listed for the reaper (with this replica's liveness written first) before the run is.
-        if self
+        let listed = self
             .cluster
             .register_run(&self.meta.scope, self.run.id())
-            .await
-            .is_err()
-        {
-            self.cluster.health(false);
+            .await;
+        if listed.is_err() {
+            self.cluster.health(&listed);
             lane.lost.store(true, Ordering::Relaxed);
             return;
         }
@@ -61,8 +60,8 @@ impl Writer {
         for _ in 0..3 {
             let prev: Option<String> = match timed(conn.hget(&self.keys.chat, "run")).await {
                 Ok(p) => p,
-                Err(_) => {
-                    self.cluster.health(false);
+                Err(e) => {
+                    self.cluster.health(&Err::<(), _>(e));
                     lane.lost.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -139,6 +138,7 @@ impl Writer {
                     }
                     self.live = true;
                     self.run.set_journaled();
+                    self.core.journaled.store(true, Ordering::Release);
                     lane.open(cap.seq, cap.seq, body.len());
                     self.index_ids().await;
                     return;
@@ -170,6 +170,8 @@ impl Writer {
         self.settle(end);
     }
 
+    /// Settles the local run with `end`, the one Redis has: this replica's readers see it (a
+    /// held end of the producer's own is dropped), unless they already saw one.
     pub(super) fn settle(&mut self, end: End) {
         self.ended = true;
         if self.run.end().is_none() {
@@ -178,7 +180,7 @@ impl Writer {
                 self.run.id(),
                 end.reason.map_or("-", EndReason::as_str)
             );
-            self.core.inner.end(end);
+            self.core.deliver(end);
         }
     }
 }
