@@ -459,9 +459,10 @@ impl Follower {
     }
 
     /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease). True
-    /// when the journal has not had the run on two checks in a row (half a lease apart): Redis
-    /// lost it (restarted empty) and no producer wrote it again, so nothing more will come (a
-    /// live run's producer re-writes it within a third of a lease of Redis answering); or when
+    /// when the journal has not had the run on three checks in a row (half a lease apart, so a
+    /// lease from the first to the last): Redis lost it (restarted empty) and no producer wrote
+    /// it again, so nothing more will come (a live run's producer re-writes it within a third of
+    /// a lease of Redis answering, and its connection's reconnect); or when
     /// the producer's lease lapsed and Redis refuses the end (`-OOM`): the mirror ends
     /// `owner_lost` here, as its producer's replica ends it for its own readers.
     async fn reap_if_lost(&mut self, run_id: &RunId) -> bool {
@@ -479,7 +480,7 @@ impl Follower {
             Ok((Some(state), Some(producer), Some(lease))) => (state, producer, lease),
             Ok((None, None, None)) => {
                 self.missing += 1;
-                return self.missing >= 2;
+                return self.missing >= 3;
             }
             _ => return false,
         };

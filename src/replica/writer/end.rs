@@ -27,8 +27,15 @@ impl Writer {
         .await;
         let end = match r {
             Ok((Some(j), Some(seq))) => codec::decode_end(j.as_bytes(), seq),
-            _ => None,
+            Ok(_) => None,
+            // Not known yet: guessing could show this replica's readers another end than
+            // everyone else's.
+            Err(_) => {
+                self.refetch = true;
+                return;
+            }
         };
+        self.refetch = false;
         self.settle(end.unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost))));
     }
 
@@ -72,7 +79,14 @@ impl Writer {
             acked = self.live && lane.wait_for(end.seq).await;
         }
         let answer = match acked {
-            true => self.call_end(&end).await.ok(),
+            true => match self.call_end(&end).await {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    // Refused outright, Redis took nothing; unanswered, it may have.
+                    self.end_unknown |= !super::super::refuses_writes(&e);
+                    None
+                }
+            },
             false => None,
         };
         match answer.as_ref().and_then(|v| v.first()).map(|b| &b[..]) {
@@ -102,12 +116,13 @@ impl Writer {
         }
     }
 
-    /// This replica's liveness lapsed while the run is in Redis: any replica's reaper may end
-    /// it `owner_lost`, and a follower that cannot write ends its mirror so, so its readers here
+    /// This replica's liveness lapsed while the run is (or may be) in Redis: any replica's
+    /// reaper may end it `owner_lost`, and a follower that cannot write ends its mirror so, so its readers here
     /// get that end too (unless they already saw one), and it is the end written once Redis
     /// takes writes again. The producer keeps reading its upstream.
     pub(super) async fn lapsed(&mut self) {
-        if self.ended || !self.live || self.run.end().is_some() {
+        // An end call Redis may have taken: only its retry's answer says which end won.
+        if self.ended || self.end_unknown || self.run.end().is_some() {
             return;
         }
         warn!(

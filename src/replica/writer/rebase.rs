@@ -83,6 +83,9 @@ impl Writer {
                 }
             };
             let mode = if self.live { "rebase" } else { "live" };
+            // From here the run may be in Redis (an unanswered go-live may have been taken):
+            // its end waits for Redis's verdict.
+            self.core.journaled.store(true, Ordering::Release);
             let superseded = codec::encode_end(&End::superseded(self.run.id()));
             let c = &self.cluster;
             let k = &self.keys;
@@ -138,7 +141,6 @@ impl Writer {
                     }
                     self.live = true;
                     self.run.set_journaled();
-                    self.core.journaled.store(true, Ordering::Release);
                     lane.open(cap.seq, cap.seq, body.len());
                     self.index_ids().await;
                     return;
