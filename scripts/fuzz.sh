@@ -21,7 +21,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-  targets=(wire sse formats agui_scan request config)
+  targets=(wire sse formats agui_scan request config journal)
 fi
 target_dir="$PWD/fuzz/target"
 triple="$(rustc -vV | sed -n 's/^host: //p')"

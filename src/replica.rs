@@ -34,7 +34,7 @@ mod recorder;
 pub mod scripts;
 mod writer;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -119,8 +119,11 @@ label_enum! {
     pub enum WriteResult {
         /// Redis took it.
         Ok => "ok",
-        /// Redis could not be reached or refused it (the journal degrades).
+        /// Redis could not be reached (the journal degrades).
         Error => "error",
+        /// Redis answered but refuses writes (`-OOM` at `maxmemory` under `noeviction`): the
+        /// journal degrades as when Redis is down.
+        Refused => "refused",
         /// A newer lease owns the run: this producer's writes are refused.
         Fenced => "fenced",
         /// The run had already ended in the journal (the first end wins).
@@ -181,30 +184,44 @@ impl JournalMetrics {
     }
 }
 
-/// Whether Redis can be written: logged once when the journal degrades and once when it
-/// recovers, and shown as `tether_journal_degraded`.
+/// Whether Redis can be written: logged once when the journal degrades (saying whether Redis
+/// cannot be reached or refuses writes, e.g. `-OOM` at `maxmemory` under `noeviction`: both are
+/// a Redis that is down) and once when it recovers, and shown as `tether_journal_degraded`.
 pub(crate) struct Health {
-    degraded: AtomicBool,
+    /// 0: healthy, 1: Redis cannot be reached, 2: Redis refuses writes.
+    degraded: AtomicU8,
     gauge: IntGauge,
+}
+
+/// Whether `e` is Redis refusing a write while it answers (`-OOM` at `maxmemory` under
+/// `noeviction`, `-READONLY` from a replica), as opposed to a Redis that cannot be reached.
+pub(crate) fn refuses_writes(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("OOM" | "READONLY"))
+        || e.to_string().contains("OOM command not allowed")
 }
 
 impl Health {
     /// Records the outcome of a Redis call.
-    pub(crate) fn record(&self, ok: bool) {
-        let was = self.degraded.swap(!ok, Ordering::Relaxed);
-        match (was, ok) {
-            (false, false) => {
-                warn!(
-                    "shared journal degraded: Redis cannot be reached; runs keep streaming locally"
-                );
-                self.gauge.set(1);
-            }
-            (true, true) => {
-                info!("shared journal recovered: live runs are re-based");
-                self.gauge.set(0);
-            }
-            _ => {}
+    pub(crate) fn record<T>(&self, r: &redis::RedisResult<T>) {
+        let now = match r {
+            Ok(_) => 0,
+            Err(e) if refuses_writes(e) => 2,
+            Err(_) => 1,
+        };
+        let was = self.degraded.swap(now, Ordering::Relaxed);
+        if was == now {
+            return;
         }
+        match r {
+            Err(e) if now == 2 => warn!(
+                "shared journal degraded: Redis refuses writes: {e}; runs keep streaming locally"
+            ),
+            Err(e) => warn!(
+                "shared journal degraded: Redis cannot be reached ({e}); runs keep streaming locally"
+            ),
+            Ok(_) => info!("shared journal recovered: live runs are re-based"),
+        }
+        self.gauge.set(i64::from(now != 0));
     }
 }
 
@@ -229,6 +246,8 @@ pub struct Replica {
     mirrors: DashMap<String, Weak<Run>>,
     creating: tokio::sync::Mutex<()>,
     health: Arc<Health>,
+    /// When Redis last answered a write of this replica's liveness (see [`Replica::lapsed`]).
+    alive_at: parking_lot::Mutex<Option<tokio::time::Instant>>,
     registry: Arc<Registry>,
     metrics: Metrics,
     /// The journal's own metric families.
@@ -265,7 +284,7 @@ impl Replica {
         let bus = Conn::pushes(&cfg, push)?;
         let jm = JournalMetrics::new(&metrics);
         let health = Arc::new(Health {
-            degraded: AtomicBool::new(false),
+            degraded: AtomicU8::new(0),
             gauge: jm.degraded.clone(),
         });
         let pipe = pipe::Pipe::start(cmd.clone(), jm.clone(), health.clone());
@@ -283,6 +302,7 @@ impl Replica {
             mirrors: DashMap::new(),
             creating: tokio::sync::Mutex::new(()),
             health,
+            alive_at: parking_lot::Mutex::new(None),
             registry,
             metrics,
             jm,
@@ -309,13 +329,23 @@ impl Replica {
 
     /// Whether writes to Redis are failing now.
     pub fn is_degraded(&self) -> bool {
-        self.health.degraded.load(Ordering::Relaxed)
+        self.health.degraded.load(Ordering::Relaxed) != 0
     }
 
-    /// Records the outcome of a Redis call: logs once when the journal degrades and once when
-    /// it recovers.
-    pub(crate) fn health(&self, ok: bool) {
-        self.health.record(ok);
+    /// Records the outcome of a Redis call: logs once when the journal degrades (or degrades
+    /// for another cause) and once when it recovers.
+    pub(crate) fn health<T>(&self, r: &redis::RedisResult<T>) {
+        self.health.record(r);
+    }
+
+    /// Whether this replica's liveness has lapsed: Redis has not taken a write of it for a
+    /// whole lease (it cannot be reached, or it refuses writes), so its key has expired and any
+    /// replica's reaper may end this replica's live runs `owner_lost`. Measured from the
+    /// answer, after Redis set the key's expiry: when this says lapsed, the key has expired.
+    pub(crate) fn lapsed(&self) -> bool {
+        self.alive_at
+            .lock()
+            .is_some_and(|t| t.elapsed() >= self.cfg.lease)
     }
 
     /// The key of this replica's liveness.

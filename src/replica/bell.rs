@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
@@ -95,25 +95,11 @@ impl Bell {
     }
 }
 
-/// A doorbell carrying its stream entry: `<first> <last> <data>`.
-fn rung_entry(msg: &Bytes) -> Option<(u64, u64, Bytes)> {
-    let sp = |from: usize| {
-        msg[from..]
-            .iter()
-            .position(|&b| b == b' ')
-            .map(|i| i + from)
-    };
-    let a = sp(0)?;
-    let b = sp(a + 1)?;
-    let num = |r: &[u8]| std::str::from_utf8(r).ok()?.parse::<u64>().ok();
-    Some((num(&msg[..a])?, num(&msg[a + 1..b])?, msg.slice(b + 1..)))
-}
-
 /// Applies the entry a doorbell carried to the mirror `j` (seeded from the checkpoint at
 /// `ckpt`); true when it is applied or already held, false when the stream must be read (a
 /// message without its entry, such as an end, one past the mirror's head, a bad entry).
 pub(super) fn apply_entry(j: &MemoryJournal, msg: &Bytes, ckpt: u64) -> bool {
-    let Some((first, last, data)) = rung_entry(msg) else {
+    let Some(codec::Rung { first, last, data }) = codec::decode_rung(msg) else {
         return false;
     };
     let head = j.head();
@@ -123,13 +109,11 @@ pub(super) fn apply_entry(j: &MemoryJournal, msg: &Bytes, ckpt: u64) -> bool {
 /// Applies one entry's data (batches from seq `first`); false on a gap or a bad entry.
 pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u64) -> bool {
     let mut at = first;
-    while data.remaining() >= 4 {
-        let len = data.get_u32_le() as usize;
-        if data.remaining() < len {
-            return false;
-        }
-        let Some(b) = codec::decode_batch(data.split_to(len)) else {
-            return false;
+    loop {
+        let b = match codec::next_batch(&mut data) {
+            Ok(Some(b)) => b,
+            Ok(None) => return true,
+            Err(codec::Malformed) => return false,
         };
         let n = b.events.len() as u64;
         if j.append_at(at, &b.events, b.raw, b.raw_first, ckpt)
@@ -139,7 +123,6 @@ pub(super) fn apply_data(j: &MemoryJournal, first: u64, mut data: Bytes, ckpt: u
         }
         at += n;
     }
-    true
 }
 
 #[cfg(test)]
@@ -203,10 +186,12 @@ mod tests {
     #[test]
     fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
         let msg = Bytes::from_static(b"7 9 a b\x00c");
-        let (first, last, data) = rung_entry(&msg).unwrap_or_default();
-        assert_eq!((first, last, &data[..]), (7, 9, &b"a b\x00c"[..]));
-        assert!(rung_entry(&Bytes::from_static(b"end")).is_none());
-        assert!(rung_entry(&Bytes::from_static(b"42")).is_none());
-        assert!(rung_entry(&Bytes::from_static(b"x 9 d")).is_none());
+        let r = codec::decode_rung(&msg).unwrap();
+        assert_eq!((r.first, r.last, &r.data[..]), (7, 9, &b"a b\x00c"[..]));
+        assert_eq!(codec::encode_rung(&r), msg);
+        assert!(codec::decode_rung(&Bytes::from_static(b"end")).is_none());
+        assert!(codec::decode_rung(&Bytes::from_static(b"42")).is_none());
+        assert!(codec::decode_rung(&Bytes::from_static(b"x 9 d")).is_none());
+        assert!(codec::decode_rung(&Bytes::from_static(b"+1 9 d")).is_none());
     }
 }

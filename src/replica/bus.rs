@@ -9,7 +9,7 @@ use bytes::Bytes;
 use log::info;
 use redis::{PushInfo, PushKind, Value};
 
-use super::{scripts, timed, Bell, Replica, RunKeys};
+use super::{codec, scripts, timed, Bell, Replica, RunKeys};
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
 use crate::vocab::Scope;
@@ -64,7 +64,10 @@ impl Replica {
         if let Ok(v) = r {
             if v.first().map(String::as_str) == Some("live") {
                 if let Some(producer) = v.get(1) {
-                    let msg = format!("{}\n{}", run.id(), reason.as_str());
+                    let msg = codec::encode_stop(&codec::StopRequest {
+                        run: run.id().clone(),
+                        reason,
+                    });
                     let _ = c.publish(&Replica::ctl_channel(producer), &msg).await;
                 }
             }
@@ -108,16 +111,10 @@ pub(super) fn route(c: &Replica, push: PushInfo) {
         bell.ring(Some(msg.clone()));
     }
     if ch.ends_with(":ctl") && ch == Replica::ctl_channel(&c.cfg.replica_id) {
-        let msg = String::from_utf8_lossy(&msg);
-        let (run_id, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
-        let reason = EndReason::ALL
-            .iter()
-            .copied()
-            .find(|r| r.as_str() == reason)
-            .unwrap_or(EndReason::Cancelled);
-        if let Some(run) = c.producers.get(run_id).and_then(|w| w.upgrade()) {
-            info!("run {run_id}: stop requested through another replica");
-            run.request_stop(reason);
+        let stop = codec::decode_stop(&msg);
+        if let Some(run) = c.producers.get(&stop.run).and_then(|w| w.upgrade()) {
+            info!("run {}: stop requested through another replica", stop.run);
+            run.request_stop(stop.reason);
         }
     }
 }

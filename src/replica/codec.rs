@@ -1,6 +1,9 @@
-//! The bytes a shared journal stores: one stream entry per batch (each event's JSON, SSE name
-//! and transient flag, and the batch's raw frames with their index), the checkpoint value, and
-//! the end record. Length-prefixed binary, so frames with newlines need no escaping. Pure.
+//! The bytes a shared journal stores and rings: one stream entry per append (its batches, each
+//! with its events' JSON, SSE name and transient flag, and its raw frames with their index),
+//! the checkpoint value, the end record, and the doorbell and control messages. Length-prefixed
+//! binary, so frames with newlines need no escaping. Pure, and total: a replica decodes
+//! whatever is in Redis, so every decoder answers `None` (or an error) on bytes it did not
+//! write, never panics (`fuzz/fuzz_targets/journal.rs`).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde_json::{json, Value};
@@ -15,6 +18,11 @@ const NAMED_EVENT: u8 = 2;
 const RAW_NAMED: u8 = 1;
 const RAW_ID: u8 = 2;
 const RAW_CURSOR: u8 = 4;
+
+/// The largest seq or raw frame index a journal holds: the largest integer a JSON number keeps
+/// exactly (seqs reach clients as JSON numbers). A larger one in Redis is not tether's, and a
+/// mirror seeded at it would overflow its head: the decoders refuse it.
+pub const MAX_SEQ: u64 = (1 << 53) - 1;
 
 /// One batch as read back: its events and raw frames.
 #[derive(Debug, Default)]
@@ -86,6 +94,9 @@ pub fn decode_batch(mut b: Bytes) -> Option<Batch> {
         return None;
     }
     let raw_first = b.get_u64_le();
+    if raw_first > MAX_SEQ {
+        return None;
+    }
     let n = b.get_u32_le() as usize;
     let mut batch = Batch {
         raw_first,
@@ -125,6 +136,107 @@ pub fn decode_batch(mut b: Bytes) -> Option<Batch> {
     Some(batch)
 }
 
+/// A stream entry's data (or a doorbell's) that is cut or not batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+/// Appends one batch to a stream entry's data: its length (`u32`, little-endian), then the
+/// batch as [`encode_batch`] writes it.
+pub fn encode_entry_batch(out: &mut BytesMut, events: &[Event], raw_first: u64, raw: &[Frame]) {
+    let at = out.len();
+    out.put_u32_le(0);
+    encode_batch(out, events, raw_first, raw);
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Takes the next batch off a stream entry's data (batches as [`encode_entry_batch`] writes
+/// them): `Ok(None)` once fewer than a length's four bytes are left.
+pub fn next_batch(data: &mut Bytes) -> Result<Option<Batch>, Malformed> {
+    if data.remaining() < 4 {
+        return Ok(None);
+    }
+    let len = data.get_u32_le() as usize;
+    let b = take(data, len).ok_or(Malformed)?;
+    decode_batch(b).map(Some).ok_or(Malformed)
+}
+
+/// A doorbell carrying the stream entry just appended: `<first> <last> <data>`, batches of
+/// seqs `first..=last` (the append script writes it; any other doorbell, such as `end`, only
+/// wakes the follower).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rung {
+    /// The entry's first seq.
+    pub first: u64,
+    /// The entry's last seq.
+    pub last: u64,
+    /// The entry's data (see [`next_batch`]).
+    pub data: Bytes,
+}
+
+/// The doorbell message the append script rings for `r`.
+pub fn encode_rung(r: &Rung) -> Bytes {
+    let mut out = BytesMut::from(format!("{} {} ", r.first, r.last).as_bytes());
+    out.extend_from_slice(&r.data);
+    out.freeze()
+}
+
+/// Decodes a doorbell that carries its entry; `None` for any other message.
+pub fn decode_rung(msg: &Bytes) -> Option<Rung> {
+    let sp = |from: usize| {
+        msg[from..]
+            .iter()
+            .position(|&b| b == b' ')
+            .map(|i| i + from)
+    };
+    let a = sp(0)?;
+    let b = sp(a + 1)?;
+    let num = |r: &[u8]| {
+        let t = std::str::from_utf8(r).ok()?;
+        // Only the digits the script writes (`parse` also takes a leading `+`).
+        let n: u64 = t
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())??;
+        (n <= MAX_SEQ).then_some(n)
+    };
+    Some(Rung {
+        first: num(&msg[..a])?,
+        last: num(&msg[a + 1..b])?,
+        data: msg.slice(b + 1..),
+    })
+}
+
+/// A stop request sent to a run's producer on its replica's control channel:
+/// `<run id>\n<reason>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopRequest {
+    /// The run to stop.
+    pub run: RunId,
+    /// Why (`cancelled` when the message names no reason tether knows).
+    pub reason: EndReason,
+}
+
+/// The control message asking for `s`.
+pub fn encode_stop(s: &StopRequest) -> String {
+    format!("{}\n{}", s.run, s.reason.as_str())
+}
+
+/// Decodes a control message (any bytes: a message is a stop request).
+pub fn decode_stop(msg: &[u8]) -> StopRequest {
+    let msg = String::from_utf8_lossy(msg);
+    let (run, reason) = msg.split_once('\n').unwrap_or((&msg, "cancelled"));
+    let reason = EndReason::ALL
+        .iter()
+        .copied()
+        .find(|r| r.as_str() == reason)
+        .unwrap_or(EndReason::Cancelled);
+    StopRequest {
+        run: RunId::from(run),
+        reason,
+    }
+}
+
 /// A checkpoint: the compacted history at `seq`, and where the raw record stood then.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -162,6 +274,9 @@ pub fn decode_checkpoint(mut b: Bytes) -> Option<Checkpoint> {
         f.next()?.ok()?,
         f.next()?.ok()?,
     );
+    if seq > MAX_SEQ || raw_end > MAX_SEQ {
+        return None;
+    }
     Some(Checkpoint {
         seq,
         events: events as usize,
@@ -250,5 +365,19 @@ mod tests {
             reason: Some(EndReason::OwnerLost),
         };
         assert_eq!(decode_end(encode_end(&end).as_bytes(), 5), Some(end));
+    }
+
+    #[test]
+    fn seqs_past_what_a_json_number_keeps_are_refused() {
+        // Found by fuzz/fuzz_targets/journal.rs: a mirror seeded at seq u64::MAX overflowed.
+        let max = u64::MAX;
+        let ck = Bytes::from(format!("{max} 0 0 0\n"));
+        assert_eq!(decode_checkpoint(ck), None);
+        let ck = Bytes::from(format!("{MAX_SEQ} 0 {MAX_SEQ} 0\n"));
+        assert_eq!(decode_checkpoint(ck).map(|c| c.seq), Some(MAX_SEQ));
+        assert_eq!(decode_rung(&Bytes::from(format!("1 {max} d"))), None);
+        let mut out = BytesMut::new();
+        encode_batch(&mut out, &[], max, &[]);
+        assert!(decode_batch(out.freeze()).is_none());
     }
 }

@@ -12,8 +12,8 @@
 //! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
 //! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a mirror
-//! whose run the journal no longer has (Redis restarted empty, and no producer wrote it again)
-//! ends `owner_lost` here.
+//! whose run the journal no longer has (Redis restarted empty, and no producer wrote it again),
+//! or whose producer's lease lapsed while Redis refuses writes (`-OOM`), ends `owner_lost` here.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -459,9 +459,12 @@ impl Follower {
     }
 
     /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease). True
-    /// when the journal has not had the run on two checks in a row (half a lease apart): Redis
-    /// lost it (restarted empty) and no producer wrote it again, so nothing more will come (a
-    /// live run's producer re-writes it within a third of a lease of Redis answering).
+    /// when the journal has not had the run on three checks in a row (half a lease apart, so a
+    /// lease from the first to the last): Redis lost it (restarted empty) and no producer wrote
+    /// it again, so nothing more will come (a live run's producer re-writes it within a third of
+    /// a lease of Redis answering, and its connection's reconnect); or when
+    /// the producer's lease lapsed and Redis refuses the end (`-OOM`): the mirror ends
+    /// `owner_lost` here, as its producer's replica ends it for its own readers.
     async fn reap_if_lost(&mut self, run_id: &RunId) -> bool {
         let mut conn = self.c.conn();
         let r: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> = timed(
@@ -477,7 +480,7 @@ impl Follower {
             Ok((Some(state), Some(producer), Some(lease))) => (state, producer, lease),
             Ok((None, None, None)) => {
                 self.missing += 1;
-                return self.missing >= 2;
+                return self.missing >= 3;
             }
             _ => return false,
         };
@@ -489,10 +492,19 @@ impl Follower {
         {
             return false;
         }
-        let _ = self
+        match self
             .c
             .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
-            .await;
-        false
+            .await
+        {
+            // Redis answers but refuses writes (`-OOM`): a Redis that is down for writing. The
+            // producer's liveness lapsed, so its replica ends the run `owner_lost` for its own
+            // readers too (and writes that end once Redis takes writes again).
+            Err(e) if super::refuses_writes(&e) => {
+                info!("run {run_id}: its producer's lease lapsed and Redis refuses writes ({e})");
+                true
+            }
+            _ => false,
+        }
     }
 }

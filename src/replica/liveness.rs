@@ -50,7 +50,7 @@ impl Replica {
     async fn touch_alive(&self, conn: &mut Conn) -> redis::RedisResult<()> {
         let id = &self.cfg.replica_id;
         let lease_ms = self.cfg.lease.as_millis() as u64;
-        timed(
+        let r = timed(
             redis::pipe()
                 .cmd("SET")
                 .arg(Replica::alive_key(id))
@@ -68,7 +68,11 @@ impl Replica {
                 .ignore()
                 .query_async::<()>(conn),
         )
-        .await
+        .await;
+        if r.is_ok() {
+            *self.alive_at.lock() = Some(tokio::time::Instant::now());
+        }
+        r
     }
 
     /// Lists a run produced here for the reaper (liveness written first).
@@ -176,7 +180,7 @@ pub(super) async fn liveness(cluster: Weak<Replica>) {
         let every = c.cfg.lease / 4;
         let mut conn = c.conn();
         let r = c.touch_alive(&mut conn).await;
-        c.health(r.is_ok());
+        c.health(&r);
         if r.is_ok() {
             if !subscribed {
                 subscribed = c

@@ -3,8 +3,14 @@
 //! lane ([`super::pipe::lane`]), which the write pipeline sends without a hop through the run's
 //! writer task; the end, the producer's finish and aliases go to the writer
 //! ([`super::writer`]). A full queue or lane marks the run for a re-base instead of waiting.
+//!
+//! One end for every reader: once the run is in Redis, the producer's end is held, not shown to
+//! this replica's readers, until Redis decides which end the run has (the first end written
+//! wins there: the producer's own, or the reaper's `owner_lost` when it got there first); the
+//! writer then delivers that one here ([`Core::deliver`]). A run not yet in Redis shows its end
+//! at once: no other replica knows it, so its own end is the one Redis will take.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -37,6 +43,20 @@ pub(super) struct Core {
     tx: mpsc::Sender<Msg>,
     /// The run's append lane (its `lost` flag: the writer must re-base).
     pub(super) lane: Arc<Lane>,
+    /// The run went live in Redis (set by the writer): its end waits for Redis's verdict.
+    pub(super) journaled: AtomicBool,
+    /// The producer's end while it waits for Redis's verdict (readers here do not see it yet).
+    held: Mutex<Option<End>>,
+}
+
+impl Core {
+    /// Shows `end`, the one Redis settled on (or the one the rules pick while Redis is down),
+    /// to this replica's readers; a held end is dropped. The first end shown wins.
+    pub(super) fn deliver(&self, end: End) -> End {
+        let _order = self.order.lock();
+        self.held.lock().take();
+        self.inner.end(end).0
+    }
 }
 
 /// The journal of a run produced on this replica with a shared journal configured.
@@ -58,19 +78,24 @@ impl Recorder {
             order: Mutex::new(()),
             tx,
             lane: Arc::new(Lane::default()),
+            journaled: AtomicBool::new(false),
+            held: Mutex::new(None),
         });
         (Recorder(core.clone()), WriterInbox { rx, core })
     }
 
-    fn send(&self, m: Msg) {
-        if self.0.tx.try_send(m).is_err() {
+    /// Queues `m` for the writer; false (the run marked for a re-base) when the queue is full.
+    fn send(&self, m: Msg) -> bool {
+        let sent = self.0.tx.try_send(m).is_ok();
+        if !sent {
             self.0.lane.lost.store(true, Ordering::Relaxed);
         }
+        sent
     }
 
     /// Tells the journal about an alias of the run (indexed for every replica).
     pub fn alias(&self, alias: &RunId) {
-        self.send(Msg::Alias(alias.clone()));
+        let _ = self.send(Msg::Alias(alias.clone()));
     }
 }
 
@@ -80,6 +105,10 @@ impl Journal for Recorder {
         let _order = c.order.lock();
         let first = c.inner.head() + 1;
         let raw_first = c.inner.raw_end();
+        if c.held.lock().is_some() {
+            // The producer ended: nothing after its end is recorded.
+            return Appended::default();
+        }
         if c.inner.ended().is_some() || events.is_empty() {
             return c.inner.append_raw(events, raw);
         }
@@ -106,13 +135,28 @@ impl Journal for Recorder {
     fn capture(&self) -> SnapshotCapture {
         self.0.inner.capture()
     }
-    fn end(&self, end: End) -> (End, bool) {
-        let _order = self.0.order.lock();
-        let (end, set) = self.0.inner.end(end);
-        if set {
-            self.send(Msg::End(end.clone()));
+    fn end(&self, mut end: End) -> (End, bool) {
+        let c = &self.0;
+        let _order = c.order.lock();
+        if !c.journaled.load(Ordering::Acquire) {
+            // Not in Redis yet: no other replica knows the run, its own end is the one.
+            let (end, set) = c.inner.end(end);
+            if set {
+                let _ = self.send(Msg::End(end.clone()));
+            }
+            return (end, set);
         }
-        (end, set)
+        let mut held = c.held.lock();
+        if let Some(e) = c.inner.ended().or_else(|| held.clone()) {
+            return (e, false);
+        }
+        end.seq = c.inner.head();
+        if !self.send(Msg::End(end.clone())) {
+            // The writer cannot hear of it: shown now (the re-base writes the run again).
+            return c.inner.end(end);
+        }
+        *held = Some(end.clone());
+        (end, true)
     }
     fn ended(&self) -> Option<End> {
         self.0.inner.ended()
@@ -134,7 +178,7 @@ impl Journal for Recorder {
     }
     fn wake(&self) {
         self.0.inner.wake();
-        self.send(Msg::Done);
+        let _ = self.send(Msg::Done);
     }
 }
 

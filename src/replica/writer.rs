@@ -57,6 +57,11 @@ struct Writer {
     producer_done: bool,
     /// An end Redis has not taken yet (it was down), retried on every tick until the deadline.
     pending_end: Option<(End, Instant)>,
+    /// An end call went unanswered (timed out, connection lost): Redis may have taken it, so
+    /// only Redis's answer to a retry says which end the run has.
+    end_unknown: bool,
+    /// Reading the end another actor wrote failed: read it again on the next tick.
+    refetch: bool,
     ids: Vec<String>,
 }
 
@@ -84,6 +89,8 @@ pub fn spawn(cluster: Arc<Replica>, run: Arc<Run>, inbox: WriterInbox, meta: Met
         ended: false,
         producer_done: false,
         pending_end: None,
+        end_unknown: false,
+        refetch: false,
         ids: vec![id_key],
     };
     tokio::spawn(w.run(inbox.rx));
@@ -113,11 +120,14 @@ impl Writer {
             }
             let (trouble, stop) = lane.take_news();
             self.stop_flag(stop.as_ref());
-            if trouble == Some(Trouble::Stored) && !self.ended {
+            if (trouble == Some(Trouble::Stored) || self.refetch) && !self.ended {
                 self.fetch_end().await;
             }
             if ticked && msgs.is_empty() && !self.ended {
                 self.lease_tick().await;
+            }
+            if !self.ended && self.core.journaled.load(Ordering::Relaxed) && self.cluster.lapsed() {
+                self.lapsed().await;
             }
             if let Some((end, deadline)) = self.pending_end.take() {
                 self.retry_end(end, deadline, true).await;
@@ -152,10 +162,11 @@ impl Writer {
             Ok(v) if v.first().map(Vec::as_slice) == Some(b"fenced") => WriteResult::Fenced,
             Ok(v) if v.first().map(Vec::as_slice) == Some(b"ended") => WriteResult::Ended,
             Ok(_) => WriteResult::Ok,
+            Err(e) if super::refuses_writes(e) => WriteResult::Refused,
             Err(_) => WriteResult::Error,
         };
         jm.writes.inc(result);
-        self.cluster.health(r.is_ok());
+        self.cluster.health(&r);
         r.map(|v| v.into_iter().map(Bytes::from).collect())
     }
 

@@ -22,9 +22,9 @@
 //! requests through every Redis fault. The backend sees each turn at most once, each turn has
 //! at most one run, and the stopped replica's runs keep their `owner_lost` end after it
 //! resumes. Once a turn ended, every replica is asked for its run from the start and must serve
-//! it; replicas that disagree on its end are counted (split ends), not failed: the rule is per
-//! observer. The counts are printed at the end; any violation fails the test, each listed with
-//! its seed.
+//! it; every reader of one run, on every replica, must see the same end (`persisted` and
+//! `reason`): readers that disagree are a split end, counted and a violation. The counts are
+//! printed at the end; any violation fails the test, each listed with its seed.
 //!
 //! The short profile (every fault kind once, each followed by a quiet stretch past the hang
 //! bound) runs with the integration tests.
@@ -308,6 +308,15 @@ async fn chaos_every_observer_gets_the_whole_answer_once_or_an_explicit_end() {
         if *n > 1 {
             w.violation(format!("the backend got turn {} {n} times", turn.mark()));
         }
+    }
+    // One end for every reader of a run (docs/protocol.md): readers that saw different
+    // `persisted`/`reason` for one run are a violation.
+    for (turn, ends) in w.split_ends() {
+        w.violation(format!(
+            "split end of {}: {}",
+            turn.mark(),
+            ends.join(" / ")
+        ));
     }
     let report = report(&w, wall.elapsed());
     println!("{report}");

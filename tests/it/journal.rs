@@ -9,6 +9,7 @@ mod dialects;
 mod doorbells;
 mod lost;
 mod mirrors;
+mod one_end;
 mod owners;
 mod rebase;
 mod retries;
@@ -259,7 +260,7 @@ async fn frames_upto(r: &mut Resp, upto: u64) -> Vec<Frame> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_restarted_mid_run_keeps_the_local_stream_whole_and_ends_the_followers() {
+async fn redis_down_mid_run_keeps_the_local_stream_whole_and_gives_every_reader_one_end() {
     let mut redis = RedisServer::start();
     let gate = Gate::default();
     let events = turn(10);
@@ -275,20 +276,28 @@ async fn redis_restarted_mid_run_keeps_the_local_stream_whole_and_ends_the_follo
 
     redis.kill();
     gate.open();
-    // The producer never waits for Redis: A's requester gets every event and one end.
+    // The producer never waits for Redis for its events: A's requester gets every event. Its
+    // end is Redis's to decide (one end for every reader); with Redis down past A's lease, any
+    // replica's reaper may end the run `owner_lost` once Redis is back, so that is A's end too,
+    // within about a lease, and the end A writes when Redis returns.
     mine.extend(within("A's stream ends with Redis down", origin.frames_to_end()).await);
     let mut state = Reduced::default();
     let last = state.apply_frames(&mine, 0);
     assert_eq!((state, last), (Reduced::of(&events), events.len() as u64));
     assert_eq!(ends(&mine), 1);
-    assert_eq!(mine.last().unwrap().json["persisted"], json!(true));
+    let end = mine.last().unwrap();
+    assert_eq!(
+        (end.json["persisted"].clone(), end.json["reason"].clone()),
+        (json!(false), json!("owner_lost"))
+    );
     eventually_async("A's end waits for Redis", || async {
         a.metric("tether_journal_pending_ends").await == 1.0
     })
     .await;
     assert_eq!(a.metric("tether_journal_degraded").await, 1.0);
 
-    // Redis comes back empty: A re-bases the ended run and writes its end; B re-seeds.
+    // Redis comes back empty: A re-bases the ended run and writes the end its readers got; B
+    // re-seeds and gets the same end.
     redis.restart();
     seen.extend(
         within(
@@ -306,17 +315,21 @@ async fn redis_restarted_mid_run_keeps_the_local_stream_whole_and_ends_the_follo
         (
             end.ty(),
             end.json["persisted"].clone(),
+            end.json["reason"].clone(),
             end.json["seq"].clone()
         ),
         (
             "STREAM_END",
-            json!(true),
+            json!(false),
+            json!("owner_lost"),
             mine.last().unwrap().json["seq"].clone()
         )
     );
     assert_eq!(a.metric("tether_journal_pending_ends").await, 0.0);
-    // A later attach on B gets the completed run's answer (saved: 204).
-    assert_eq!(post(b.addr, "/chat/live", &chat("c")).await.status, 204);
+    // A later attach on B gets the same end.
+    let mut later = post(b.addr, "/chat/live", &chat("c")).await;
+    let frames = within("a later attach on B", later.frames_to_end()).await;
+    assert_eq!(frames.last().unwrap().json["reason"], json!("owner_lost"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{mpsc, Notify};
@@ -118,11 +118,7 @@ impl Lane {
         if st.data.is_empty() {
             st.first = first;
         }
-        let at = st.data.len();
-        st.data.put_u32_le(0);
-        codec::encode_batch(&mut st.data, events, raw_first, raw);
-        let len = (st.data.len() - at - 4) as u32;
-        st.data[at..at + 4].copy_from_slice(&len.to_le_bytes());
+        codec::encode_entry_batch(&mut st.data, events, raw_first, raw);
         st.last = first + events.len() as u64 - 1;
         if st.data.len() > CAP {
             st.data = BytesMut::new();
@@ -205,7 +201,7 @@ impl Lane {
         jm.write_seconds.observe(sent.at.elapsed().as_secs_f64());
         let (result, flag) = outcome(&r);
         jm.writes.inc(result);
-        health.record(r.is_ok());
+        health.record(&r);
         let mut st = self.st.lock();
         let mut wake = false;
         let again = match result {
@@ -370,6 +366,7 @@ fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
     let v = match r {
         Ok(Value::Int(1)) => return (WriteResult::Ok, Some(Bytes::new())),
         Ok(Value::Array(v)) => v,
+        Err(e) if crate::replica::refuses_writes(e) => return (WriteResult::Refused, None),
         _ => return (WriteResult::Error, None),
     };
     let text = |i: usize| match v.get(i) {

@@ -27,8 +27,15 @@ impl Writer {
         .await;
         let end = match r {
             Ok((Some(j), Some(seq))) => codec::decode_end(j.as_bytes(), seq),
-            _ => None,
+            Ok(_) => None,
+            // Not known yet: guessing could show this replica's readers another end than
+            // everyone else's.
+            Err(_) => {
+                self.refetch = true;
+                return;
+            }
         };
+        self.refetch = false;
         self.settle(end.unwrap_or_else(|| End::finished(false, Some(EndReason::OwnerLost))));
     }
 
@@ -71,29 +78,63 @@ impl Writer {
             }
             acked = self.live && lane.wait_for(end.seq).await;
         }
-        let written = acked
-            && match self.call_end(&end).await {
-                Ok(v) => match v.first().map(|b| &b[..]) {
-                    // Redis lost the run (restarted empty): re-base, then end it.
-                    Some(b"missing") => {
-                        self.core.lane.lost.store(true, Ordering::Relaxed);
-                        false
-                    }
-                    _ => true,
-                },
-                Err(_) => false,
-            };
-        if written {
-            self.ended = true;
-        } else if Instant::now() >= deadline {
+        let answer = match acked {
+            true => match self.call_end(&end).await {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    // Refused outright, Redis took nothing; unanswered, it may have.
+                    self.end_unknown |= !super::super::refuses_writes(&e);
+                    None
+                }
+            },
+            false => None,
+        };
+        match answer.as_ref().and_then(|v| v.first()).map(|b| &b[..]) {
+            // Redis took this end first: it is the run's end everywhere.
+            Some(b"ok") => {
+                self.ended = true;
+                self.core.deliver(end);
+                return;
+            }
+            // Another end got there first (the reaper's `owner_lost`): that one is shown here.
+            Some(b"ended") => return self.settle_stored(answer.as_deref().unwrap_or_default()),
+            // A newer lease owns the run: its end (or `owner_lost`) is the run's.
+            Some(b"fenced") => return self.fetch_end().await,
+            // Redis lost the run (restarted empty): re-base, then end it.
+            Some(b"missing") => self.core.lane.lost.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
             warn!(
                 "run {}: its end could not be journaled before its keys expired",
                 self.run.id()
             );
             self.ended = true;
+            self.core.deliver(end);
         } else {
             self.pending_end = Some((end, deadline));
         }
+    }
+
+    /// This replica's liveness lapsed while the run is (or may be) in Redis: any replica's
+    /// reaper may end it `owner_lost`, and a follower that cannot write ends its mirror so, so its readers here
+    /// get that end too (unless they already saw one), and it is the end written once Redis
+    /// takes writes again. The producer keeps reading its upstream.
+    pub(super) async fn lapsed(&mut self) {
+        // An end call Redis may have taken: only its retry's answer says which end won.
+        if self.ended || self.end_unknown || self.run.end().is_some() {
+            return;
+        }
+        warn!(
+            "run {}: this replica's liveness lapsed in the shared journal; ended as owner_lost",
+            self.run.id()
+        );
+        let end = self
+            .core
+            .deliver(End::finished(false, Some(EndReason::OwnerLost)));
+        let deadline = Instant::now() + self.cluster.cfg.lease + self.cluster.retention;
+        let was_pending = self.pending_end.take().is_some();
+        self.retry_end(end, deadline, was_pending).await;
     }
 
     async fn call_end(&self, end: &End) -> redis::RedisResult<Vec<Bytes>> {

@@ -47,13 +47,12 @@ impl Writer {
             }
         };
         // Listed for the reaper (with this replica's liveness written first) before the run is.
-        if self
+        let listed = self
             .cluster
             .register_run(&self.meta.scope, self.run.id())
-            .await
-            .is_err()
-        {
-            self.cluster.health(false);
+            .await;
+        if listed.is_err() {
+            self.cluster.health(&listed);
             lane.lost.store(true, Ordering::Relaxed);
             return;
         }
@@ -61,8 +60,8 @@ impl Writer {
         for _ in 0..3 {
             let prev: Option<String> = match timed(conn.hget(&self.keys.chat, "run")).await {
                 Ok(p) => p,
-                Err(_) => {
-                    self.cluster.health(false);
+                Err(e) => {
+                    self.cluster.health(&Err::<(), _>(e));
                     lane.lost.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -84,6 +83,9 @@ impl Writer {
                 }
             };
             let mode = if self.live { "rebase" } else { "live" };
+            // From here the run may be in Redis (an unanswered go-live may have been taken):
+            // its end waits for Redis's verdict.
+            self.core.journaled.store(true, Ordering::Release);
             let superseded = codec::encode_end(&End::superseded(self.run.id()));
             let c = &self.cluster;
             let k = &self.keys;
@@ -170,6 +172,8 @@ impl Writer {
         self.settle(end);
     }
 
+    /// Settles the local run with `end`, the one Redis has: this replica's readers see it (a
+    /// held end of the producer's own is dropped), unless they already saw one.
     pub(super) fn settle(&mut self, end: End) {
         self.ended = true;
         if self.run.end().is_none() {
@@ -178,7 +182,7 @@ impl Writer {
                 self.run.id(),
                 end.reason.map_or("-", EndReason::as_str)
             );
-            self.core.inner.end(end);
+            self.core.deliver(end);
         }
     }
 }
