@@ -173,6 +173,12 @@ async fn runs_are_listed_by_state_owner_and_route_a_page_at_a_time() {
         .as_str()
         .is_some_and(|o| o.len() == 64 && !o.contains("bob")));
     assert!(bob["ended_at_ms"].as_u64() >= bob["started_at_ms"].as_u64());
+    assert_eq!(
+        bob["usage"],
+        Value::Null,
+        "AG-UI without a usage table reports none"
+    );
+    assert_eq!(bob["watch"]["observers_max"], 1, "{bob}");
     let alice = &list("?state=active&limit=1").await.1["runs"][0];
     assert_eq!(
         (alice["state"].clone(), alice["outcome"].clone()),

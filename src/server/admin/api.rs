@@ -262,5 +262,13 @@ fn view(h: &Held) -> Map<String, Value> {
     v.insert("persisted".into(), json!(end.as_ref().map(|e| e.persisted)));
     let reason = end.as_ref().and_then(|e| e.reason).map(|r| r.as_str());
     v.insert("reason".into(), json!(reason));
+    // The accounting figures, as the status route shows them: a mirror's are the producing
+    // replica's to tell.
+    let (usage, watch) = match run.is_mirror() {
+        true => (Value::Null, Value::Null),
+        false => (json!(run.usage()), json!(run.watch_record())),
+    };
+    v.insert("usage".into(), usage);
+    v.insert("watch".into(), watch);
     v
 }
