@@ -173,8 +173,9 @@ impl Decoder {
         allocated(&self.line) + self.data.allocated() + self.raw.as_ref().map_or(0, allocated)
     }
 
-    /// Bytes of the event being decoded (the carried-over line and the data so far).
-    fn held(&self) -> usize {
+    /// Bytes of the event being decoded (the carried-over line and the data so far), by length:
+    /// never over the cap ([`Decoder::buffered`] counts what they allocate).
+    pub fn held(&self) -> usize {
         self.line.len() + self.data.len()
     }
 
