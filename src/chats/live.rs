@@ -62,6 +62,7 @@ impl Chats {
             ),
         };
         run.set_header(header.clone());
+        run.labels().set_window(rec.window);
         let tokens = rec.tokens;
         if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
             run.set_tokens(tokens.clone());

@@ -239,6 +239,7 @@ async fn an_admin_stop_ends_the_run_cancelled_once() {
     let (status, one) = admin(&tether, "GET", &format!("/admin/runs/{run}"), Some(BEARER)).await;
     assert_eq!((status, one["state"].clone()), (200, json!("completed")));
     assert!(one["recorded_bytes"].as_u64().is_some_and(|b| b > 0));
+    assert_eq!(one["window"], 4096, "the default replay window");
     let (status, e) = admin(&tether, "POST", "/admin/runs/nope/stop", Some(BEARER)).await;
     assert_eq!((status, e["error"].clone()), (404, json!("no_run")));
     assert_eq!(

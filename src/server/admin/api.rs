@@ -194,6 +194,7 @@ fn one(chats: &Chats, id: &str) -> Result<AdminAnswer, ApiError> {
     let held = chats.held_by_id(&run_id(id)?).ok_or_else(no_run)?;
     let mut v = view(&held);
     v.insert("recorded_bytes".into(), json!(held.run.bytes()));
+    v.insert("window".into(), json!(held.run.labels().window()));
     v.insert("mirror".into(), json!(held.run.is_mirror()));
     Ok(ok(Value::Object(v)))
 }

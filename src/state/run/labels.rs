@@ -1,5 +1,5 @@
 //! What a run is known by outside its log, for the admin API: the route that recorded it, the
-//! stream format it turned out to be, and when it started on the wall clock.
+//! stream format it turned out to be, its replay window, and when it started on the wall clock.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,6 +12,7 @@ use crate::vocab::kinds::FormatKind;
 pub struct Labels {
     route: OnceLock<Arc<str>>,
     format: OnceLock<FormatKind>,
+    window: OnceLock<usize>,
     started_at: SystemTime,
 }
 
@@ -21,6 +22,7 @@ impl Labels {
         Labels {
             route: OnceLock::new(),
             format: OnceLock::new(),
+            window: OnceLock::new(),
             started_at: SystemTime::now(),
         }
     }
@@ -33,6 +35,16 @@ impl Labels {
     /// Sets the run's stream format, once known (the first call wins).
     pub fn set_format(&self, format: FormatKind) {
         let _ = self.format.set(format);
+    }
+
+    /// Sets the run's replay window, in events (the first call wins).
+    pub fn set_window(&self, events: usize) {
+        let _ = self.window.set(events);
+    }
+
+    /// The run's replay window in events, when it was recorded here.
+    pub fn window(&self) -> Option<usize> {
+        self.window.get().copied()
     }
 
     /// The path of the route that recorded the run, when it was recorded here.
