@@ -47,20 +47,6 @@ async fn admin(t: &Sidecar, method: &str, path: &str, auth: Option<&str>) -> (u1
     )
 }
 
-/// Starts a turn of `chat_id` for `who` and reads its first two events; returns its run id.
-async fn started(t: &Sidecar, chat_id: &str, who: &[(&str, &str)]) -> (String, Resp) {
-    let body = chat(chat_id).to_string();
-    let mut r = request(t.addr, "POST", "/chat", who, body.as_bytes()).await;
-    assert_eq!(r.status, 200);
-    let run = r.frame().await.unwrap().json["run_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    r.frame().await.unwrap();
-    r.frame().await.unwrap();
-    (run, r)
-}
-
 /// Runs a whole turn of `chat_id` for `who`; returns its run id.
 async fn completed(t: &Sidecar, chat_id: &str, who: &[(&str, &str)]) -> String {
     let (run, mut r) = started(t, chat_id, who).await;

@@ -21,20 +21,6 @@ async fn json_body(r: &mut Resp) -> Value {
     serde_json::from_slice(&r.body_to_end().await).unwrap()
 }
 
-/// Starts a turn and reads its first two events; returns the run id and the client.
-async fn started(tether: &Sidecar, chat_id: &str, headers: &[(&str, &str)]) -> (String, Resp) {
-    let body = chat(chat_id).to_string();
-    let mut r = request(tether.addr, "POST", "/chat", headers, body.as_bytes()).await;
-    assert_eq!(r.status, 200);
-    let run = r.frame().await.unwrap().json["run_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    r.frame().await.unwrap();
-    r.frame().await.unwrap();
-    (run, r)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_aborts_the_upstream_and_observers_get_a_cancelled_end() {
     let gate = Gate::default();

@@ -92,6 +92,21 @@ pub fn chat(id: &str) -> Value {
     json!({"chat_id": id, "protocol": 1})
 }
 
+/// Starts a protocol-1 turn of `chat_id` on `tether` with `headers` and reads its first two
+/// events; returns the run id and the client, still reading.
+pub async fn started(tether: &Sidecar, chat_id: &str, headers: &[(&str, &str)]) -> (String, Resp) {
+    let body = chat(chat_id).to_string();
+    let mut r = request(tether.addr, "POST", "/chat", headers, body.as_bytes()).await;
+    assert_eq!(r.status, 200);
+    let run = r.frame().await.unwrap().json["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    r.frame().await.unwrap();
+    r.frame().await.unwrap();
+    (run, r)
+}
+
 /// A protocol-1 request body resuming `run` after seq `after`.
 pub fn cursor(id: &str, run: &str, after: u64) -> Value {
     json!({"chat_id": id, "protocol": 1, "run_id": run, "after_seq": after})

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 use crate::chats::Chats;
 use crate::config::AdminToken;
 use crate::error::{ApiError, Code};
+use crate::ingest::Ending;
 use crate::state::auth::Auth;
 use crate::state::registry::Held;
 use crate::vocab::end::{End, EndReason};
@@ -228,15 +229,14 @@ async fn erase(chats: &Chats, subject: &str) -> Result<AdminAnswer, ApiError> {
     })))
 }
 
-/// How a run ended, as `tether_runs_finished_total{outcome}` names it.
+/// How a run ended, as `tether_runs_finished_total{outcome}` names it: the producer's rule,
+/// told how the read ended by the end's reason (a stop's reason is the stop's).
 fn outcome(end: &End) -> &'static str {
-    match (end.persisted, end.superseded, end.reason) {
-        (true, _, _) => "persisted",
-        (_, true, _) => "superseded",
-        (_, _, Some(EndReason::Cancelled)) => "cancelled",
-        (_, _, Some(EndReason::OwnerLost)) => "owner_lost",
-        _ => "not_persisted",
-    }
+    let ending = match end.reason {
+        Some(r @ EndReason::Cancelled) => Ending::Stopped(r),
+        _ => Ending::Clean,
+    };
+    crate::ingest::outcome(end, ending).as_str()
 }
 
 /// The fields every answer shows of a run.
