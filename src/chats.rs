@@ -11,9 +11,11 @@
 //! under the per-owner limits ([`Chats::admit_run`]), a record request's
 //! pending registration ([`Chat::register`]), and the run that goes live, recorded in memory or
 //! through the shared journal's recorder whose writer is spawned here ([`live`]), then named by
-//! its aliases. Every answer is a named type ([`Found`]), never a tuple.
+//! its aliases; what it carries for the routes (the upstream's head, the token headers) is kept
+//! on it by [`head`]. Every answer is a named type ([`Found`]), never a tuple.
 
 pub mod admin;
+pub mod head;
 pub mod keys;
 pub mod live;
 pub mod stop;
@@ -42,14 +44,9 @@ pub use stop::StopTarget;
 /// before the cursor counts as a future one.
 const MIRROR_CATCH_UP: Duration = Duration::from_secs(1);
 
-/// A run found for a caller, with the scope of the chat it belongs to.
-#[derive(Debug, Clone)]
-pub struct Found {
-    /// The scope (registry key) of the run's chat.
-    pub scope: Scope,
-    /// The run.
-    pub run: Arc<Run>,
-}
+/// A run found for a caller, with the scope of the chat it belongs to: the registry's answer,
+/// which every lookup here passes on.
+pub use crate::state::registry::Found;
 
 /// What a resume or status request names: a run, or a chat's current run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,8 +170,7 @@ impl Chats {
         if let Some(j) = &self.journal {
             Box::pin(j.sync_id(owner, id)).await;
         }
-        let (scope, run) = self.registry.by_id(&owner, id)?;
-        Some(Found { scope, run })
+        self.registry.by_id(&owner, id)
     }
 
     /// The run `name` names for `owner`: by id or alias, or the chat's current run.
@@ -270,7 +266,7 @@ impl Chat<'_> {
         if let (Some(id), Some(after)) = (run_id, after) {
             if let Some(run) = reg
                 .find(&self.scope, &self.owner, id)
-                .filter(|r| r.is_mirror())
+                .filter(|r| r.origin().is_mirror())
             {
                 let mut rx = run.subscribe();
                 let wait = rx.wait_for(|_| run.head() >= after || run.end().is_some());

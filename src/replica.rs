@@ -28,6 +28,7 @@ pub mod codec;
 mod conn;
 mod follower;
 mod liveness;
+mod marks;
 mod owner_bucket;
 mod pipe;
 mod recorder;
@@ -52,9 +53,9 @@ use crate::vocab::{RunId, Scope};
 pub(crate) use bell::Bell;
 pub use conn::pipeline_answers;
 pub(crate) use conn::Conn;
-pub use follower::header_text;
 use liveness::liveness;
 pub(crate) use liveness::owner_alive;
+pub use marks::{header_text, mirror_head};
 pub use recorder::{Recorder, WriterInbox};
 pub use writer::{spawn as spawn_writer, Meta};
 

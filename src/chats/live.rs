@@ -61,12 +61,9 @@ impl Chats {
                 None,
             ),
         };
-        run.set_header(header.clone());
+        super::head::keep_head(&run, header);
+        super::head::keep_tokens(&run, rec.tokens);
         run.labels().set_window(rec.window);
-        let tokens = rec.tokens;
-        if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
-            run.set_tokens(tokens.clone());
-        }
         let scope = pending.scope().clone();
         let owner = pending.owner();
         let requested_ms = pending.since_ms();

@@ -238,11 +238,11 @@ async fn a_run_goes_live_as_its_chats_current_run_for_the_owner_that_registered_
     let current = chats.registry().current(&scope, &Owner::NONE).unwrap();
     assert!(Arc::ptr_eq(&current, &live.run));
     assert!(
-        live.run.tokens().is_some(),
+        super::head::tokens(&live.run).is_some(),
         "the route's token headers are kept"
     );
     assert_eq!(
-        live.run.header().map(|h| h.status.as_u16()),
+        super::head::upstream_head(&live.run).map(|h| h.status.as_u16()),
         Some(200),
         "the upstream header is kept for verbatim readers"
     );

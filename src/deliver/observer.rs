@@ -86,7 +86,7 @@ pub async fn serve<S: Sink>(
 
 async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     let t = Instant::now();
-    let snap = run.snapshot().await;
+    let snap = super::snapshot::snapshot(run).await;
     if snap.serialized {
         metrics
             .snapshot_serialize

@@ -16,6 +16,7 @@ use super::session::{Handled, Reply, SessionSink};
 use super::shared::Shared;
 use crate::accounting::Join;
 use crate::backend::relayed;
+use crate::chats::head::{tokens, upstream_head};
 use crate::chats::Owner;
 use crate::config::{DialectKind, Expired, OnNothing};
 use crate::deliver::observer::{self, Exit};
@@ -120,7 +121,7 @@ pub(crate) async fn serve_verbatim(
             result.as_str()
         );
     }
-    let mut header = match run.header() {
+    let mut header = match upstream_head(run) {
         Some(h) => relayed((*h).clone(), true),
         None => sse_header()?,
     };
@@ -163,7 +164,7 @@ pub(crate) fn room_for_reader(s: &Shared, run: &Run) -> std::result::Result<(), 
 
 /// Adds the run id and a fresh resume token, when the run's record route hands them out.
 pub(crate) fn add_token_headers(s: &Shared, header: &mut ResponseHeader, run: &Run, owner: &Owner) {
-    let Some(tokens) = run.tokens() else {
+    let Some(tokens) = tokens(run) else {
         return;
     };
     let name = run.alias().unwrap_or_else(|| run.id().clone());

@@ -76,7 +76,7 @@ impl Sidecar {
 /// reported none) and `watch` (who reads it). A mirror of a run another replica produces has
 /// neither here: both are `null`.
 fn with_accounting(mut v: serde_json::Value, run: &Run) -> serde_json::Value {
-    let (usage, watch) = match run.is_mirror() {
+    let (usage, watch) = match run.origin().is_mirror() {
         true => (serde_json::Value::Null, serde_json::Value::Null),
         false => (json!(run.usage()), json!(run.watch_record())),
     };

@@ -49,7 +49,7 @@ impl Replica {
     /// a message on the producer's control channel. Returns false when `run` is not a mirror
     /// here (its own producer handles the stop).
     pub async fn stop_remote(&self, run: &Run, scope: &Scope, reason: EndReason) -> bool {
-        if !run.is_mirror() {
+        if !run.origin().is_mirror() {
             return false;
         }
         let keys = RunKeys::new(scope, run.id());

@@ -25,6 +25,7 @@ use tokio::time::Instant;
 
 use super::bell::{apply_data, apply_entry, Bell};
 use super::codec::{self, Checkpoint};
+use super::marks::is_journaled;
 use super::{owner_alive, scripts, timed, Replica, RunKeys};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
@@ -57,12 +58,12 @@ pub(super) async fn sync_chat(
         let replace = match reg.current(scope, &owner) {
             None => true,
             Some(l) if *l.id() == cur => false,
-            Some(l) => l.is_mirror() || (l.end().is_some() && l.is_journaled()),
+            Some(l) => l.origin().is_mirror() || (l.end().is_some() && is_journaled(&l)),
         };
         if replace {
             match reg.find(scope, &owner, &cur) {
                 // Mirrored by its cursor as an older run, before the chat's pointer named it.
-                Some(run) if run.is_mirror() => reg.adopt(scope, owner, run, true),
+                Some(run) if run.origin().is_mirror() => reg.adopt(scope, owner, run, true),
                 Some(_) => {}
                 None => {
                     if let Some(run) = mirror(c, scope, owner, &cur).await {
@@ -144,11 +145,9 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
     };
     let journal = Arc::new(seed.journal);
     let run = Arc::new(Run::with_journal(run_id.clone(), Box::new(journal.clone())));
-    run.set_mirror();
+    run.mark_mirror();
     run.bind_owner(owner);
-    if let Some(h) = header(&seed.header) {
-        run.set_header(h);
-    }
+    super::marks::keep_mirror_head(&run, &seed.header);
     if let Some(end) = seed.end {
         journal.end(end);
         run.done();
@@ -168,33 +167,6 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
     c.jm.followers.inc();
     tokio::spawn(f.follow(bell, run.end().is_some()));
     Some(run)
-}
-
-/// The upstream response header stored with the run (`status\nname: value\n…`).
-fn header(text: &str) -> Option<pingora_http::ResponseHeader> {
-    let mut lines = text.lines();
-    let status: u16 = lines.next()?.parse().ok()?;
-    let mut h = pingora_http::ResponseHeader::build(status, None).ok()?;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(": ") {
-            h.append_header(k.to_string(), v).ok()?;
-        }
-    }
-    Some(h)
-}
-
-/// Serializes a response header for [`header`].
-pub fn header_text(h: &pingora_http::ResponseHeader) -> String {
-    let mut out = h.status.as_u16().to_string();
-    for (k, v) in h.headers.iter() {
-        if let Ok(v) = v.to_str() {
-            out.push('\n');
-            out.push_str(k.as_str());
-            out.push_str(": ");
-            out.push_str(v);
-        }
-    }
-    out
 }
 
 /// Marks the run watched by this replica for a lease (quiet when Redis is down: the poll reads

@@ -74,7 +74,7 @@ pub struct Registry {
     chats: DashMap<Scope, Chat>,
     /// Runs by id: tether's run id and each alias, scoped by owner ([`Auth::scope`]) → the
     /// chat's scope and the run.
-    ids: DashMap<IdKey, (Scope, Arc<Run>)>,
+    ids: DashMap<IdKey, Found>,
     live: watch::Sender<u64>,
     retention: Duration,
     max_chats: usize,
@@ -182,7 +182,7 @@ impl Registry {
     fn forget(&self, run: &Run) {
         for key in run.index_keys() {
             self.ids
-                .remove_if(&key, |_, (_, r)| std::ptr::eq(Arc::as_ptr(r), run));
+                .remove_if(&key, |_, f| std::ptr::eq(Arc::as_ptr(&f.run), run));
         }
         self.totals.release(run);
     }
@@ -198,6 +198,7 @@ mod retention;
 mod supersede;
 
 pub use listing::{Erased, Held};
+pub use lookup::Found;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

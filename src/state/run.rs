@@ -1,10 +1,11 @@
-//! One run's local handle: its journal, the stop request, the producer's lifecycle, the
-//! observers attached here and how long it has gone unobserved, its watch record and the
-//! provider's usage so far ([`crate::accounting`]), and the per-seq snapshot cache.
+//! One run's local handle: its journal, where it is produced ([`Origin`]), the stop request,
+//! the producer's lifecycle, the observers attached here and how long it has gone unobserved,
+//! its watch record and the provider's usage so far ([`crate::accounting`]).
 //!
 //! The log itself (seqs, window, history, terminal state) is the run's [`Journal`]; this handle
-//! adds what only the process that serves the run knows. [`Run::snapshot`] serializes a snapshot
-//! outside the journal's lock and caches it per seq, so a reconnect storm serializes it once.
+//! adds what only the process that serves the run knows. What the rooms above hang on a run
+//! (an HTTP head, token settings, a replica's marks, a dialect's cache) lives in its [`Slots`],
+//! each under the owning room's type, so this handle names no HTTP, config or replica type.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -12,13 +13,11 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::accounting::{Join, Watch, WatchRecord};
-use crate::dialect::{protocol1::Protocol1, Dialect};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::{Appended, CursorMiss, Journal, Read, SnapshotCapture};
 use crate::record::format::Event;
@@ -33,12 +32,30 @@ pub fn mint_run_id() -> RunId {
     RunId::from(URL_SAFE_NO_PAD.encode(rand::random::<[u8; 16]>()))
 }
 
+/// Where a run is produced. Every room asks it (the registry's supersession holds a mirror
+/// apart, a stop of a mirror goes to its producer, the status and admin routes show no usage
+/// for one), so it is a plain property of the run, naming no replica type; how a mirror is
+/// kept in step is the replica's business.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Produced by this process (recorded in memory, or through the shared journal).
+    Local,
+    /// A local copy of a run another replica produces, followed from the shared journal.
+    Mirror,
+}
+
+impl Origin {
+    /// Whether the run is a mirror of a run another replica produces.
+    pub fn is_mirror(self) -> bool {
+        self == Origin::Mirror
+    }
+}
+
 /// One recorded run.
 #[derive(Debug)]
 pub struct Run {
     id: RunId,
     journal: Box<dyn Journal>,
-    cache: tokio::sync::Mutex<Option<(u64, Bytes)>>,
     observers: AtomicUsize,
     peak_observers: AtomicUsize,
     /// When the last observer left (`started` until one attaches).
@@ -52,14 +69,10 @@ pub struct Run {
     index_keys: Mutex<Vec<IdKey>>,
     /// The run's first alias, when the backend named it.
     alias: Mutex<Option<RunId>>,
-    /// The upstream's response header, replayed to verbatim readers.
-    header: Mutex<Option<Arc<pingora_http::ResponseHeader>>>,
-    /// The resume-token headers its record route hands out.
-    tokens: Mutex<Option<crate::config::Tokens>>,
-    /// A local copy of a run another replica produces (shared journal).
+    /// Set when the run is a [`Origin::Mirror`]; see [`Run::origin`].
     mirror: AtomicBool,
-    /// Its go-live reached the shared journal.
-    journaled: AtomicBool,
+    /// What the rooms above hang on the run, each under its own type.
+    slots: Slots,
     /// Who recorded the run: bound once (see [`Run::bind_owner`]), never changed.
     owner: OnceLock<Owner>,
     /// Its route, format and wall-clock start, for the admin API.
@@ -94,7 +107,6 @@ impl Run {
         Run {
             id,
             journal,
-            cache: tokio::sync::Mutex::new(None),
             observers: AtomicUsize::new(0),
             peak_observers: AtomicUsize::new(0),
             unobserved_since: Mutex::new(now),
@@ -105,10 +117,8 @@ impl Run {
             stop_reason: Mutex::new(None),
             index_keys: Mutex::new(Vec::new()),
             alias: Mutex::new(None),
-            header: Mutex::new(None),
-            tokens: Mutex::new(None),
             mirror: AtomicBool::new(false),
-            journaled: AtomicBool::new(false),
+            slots: Slots::default(),
             owner: OnceLock::new(),
             labels: Labels::new(),
             account: Mutex::new(Account {
@@ -143,34 +153,23 @@ impl Run {
         self.owner.get().is_some_and(|o| o.is(owner))
     }
 
-    /// Marks the run as a mirror of a run another replica produces.
-    pub fn set_mirror(&self) {
+    /// Marks the run as a mirror of a run another replica produces (a run is
+    /// [`Origin::Local`] until then).
+    pub fn mark_mirror(&self) {
         self.mirror.store(true, Ordering::Relaxed);
     }
 
-    /// Whether the run is a mirror of a run another replica produces.
-    pub fn is_mirror(&self) -> bool {
-        self.mirror.load(Ordering::Relaxed)
+    /// Where the run is produced.
+    pub fn origin(&self) -> Origin {
+        match self.mirror.load(Ordering::Relaxed) {
+            true => Origin::Mirror,
+            false => Origin::Local,
+        }
     }
 
-    /// Marks the run as written to the shared journal.
-    pub fn set_journaled(&self) {
-        self.journaled.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether the run's go-live reached the shared journal.
-    pub fn is_journaled(&self) -> bool {
-        self.journaled.load(Ordering::Relaxed)
-    }
-
-    /// Sets the resume-token headers of the run's responses.
-    pub fn set_tokens(&self, tokens: crate::config::Tokens) {
-        *self.tokens.lock() = Some(tokens);
-    }
-
-    /// The resume-token headers of the run's responses, if its route hands them out.
-    pub fn tokens(&self) -> Option<crate::config::Tokens> {
-        self.tokens.lock().clone()
+    /// What the rooms above hang on the run (see [`Slots`]).
+    pub fn slots(&self) -> &Slots {
+        &self.slots
     }
 
     /// A new, live run whose journal also keeps a raw record of `raw_cap` bytes when given.
@@ -198,16 +197,6 @@ impl Run {
     /// The backend's name for the run, if it has one.
     pub fn alias(&self) -> Option<RunId> {
         self.alias.lock().clone()
-    }
-
-    /// Keeps the upstream's response header for verbatim readers.
-    pub fn set_header(&self, header: pingora_http::ResponseHeader) {
-        *self.header.lock() = Some(Arc::new(header));
-    }
-
-    /// The upstream's response header, once the run went live.
-    pub fn header(&self) -> Option<Arc<pingora_http::ResponseHeader>> {
-        self.header.lock().clone()
     }
 
     /// The transport run id.
@@ -398,45 +387,6 @@ impl Run {
     pub fn supersede(&self, next: &RunId) -> bool {
         self.journal.end(End::superseded(next)).1
     }
-
-    /// The serialized `STREAM_SNAPSHOT` frame of the run now. Serialized outside the journal's
-    /// lock, and at most once per seq: concurrent callers wait for one serialization.
-    pub async fn snapshot(&self) -> Snapshot {
-        let mut cache = self.cache.lock().await;
-        let (head, end) = (self.journal.head(), self.journal.ended());
-        if let Some((seq, frame)) = cache.as_ref() {
-            if *seq == head {
-                return Snapshot {
-                    seq: head,
-                    frame: frame.clone(),
-                    end,
-                    serialized: false,
-                };
-            }
-        }
-        let cap = self.capture();
-        let frame = Protocol1.snapshot(&self.id, cap.seq, &cap.history);
-        *cache = Some((cap.seq, frame.clone()));
-        Snapshot {
-            seq: cap.seq,
-            frame,
-            end: cap.end,
-            serialized: true,
-        }
-    }
-}
-
-/// A serialized snapshot of a run.
-#[derive(Debug, Clone)]
-pub struct Snapshot {
-    /// The last seq it covers.
-    pub seq: u64,
-    /// The `STREAM_SNAPSHOT` frame.
-    pub frame: Bytes,
-    /// The terminal state at capture time.
-    pub end: Option<End>,
-    /// Whether this call serialized it (false: served from the per-seq cache).
-    pub serialized: bool,
 }
 
 /// Counts one observer of a run while alive.
@@ -464,7 +414,9 @@ impl Drop for ObserverGuard {
 }
 
 mod labels;
+mod slots;
 #[cfg(test)]
 mod tests;
 
 pub use labels::Labels;
+pub use slots::{Slots, MAX_SLOTS};

@@ -8,6 +8,7 @@ use log::info;
 use redis::AsyncCommands;
 
 use super::super::codec::{self, Checkpoint};
+use super::super::marks::mark_journaled;
 use super::super::pipe::Inv;
 use super::super::{scripts, timed, RunKeys};
 use super::Writer;
@@ -140,7 +141,7 @@ impl Writer {
                         );
                     }
                     self.live = true;
-                    self.run.set_journaled();
+                    mark_journaled(&self.run);
                     lane.open(cap.seq, cap.seq, body.len());
                     self.index_ids().await;
                     return;

@@ -196,7 +196,7 @@ fn one(chats: &Chats, id: &str) -> Result<AdminAnswer, ApiError> {
     let mut v = view(&held);
     v.insert("recorded_bytes".into(), json!(held.run.bytes()));
     v.insert("window".into(), json!(held.run.labels().window()));
-    v.insert("mirror".into(), json!(held.run.is_mirror()));
+    v.insert("mirror".into(), json!(held.run.origin().is_mirror()));
     Ok(ok(Value::Object(v)))
 }
 
@@ -265,7 +265,7 @@ fn view(h: &Held) -> Map<String, Value> {
     v.insert("reason".into(), json!(reason));
     // The accounting figures, as the status route shows them: a mirror's are the producing
     // replica's to tell.
-    let (usage, watch) = match run.is_mirror() {
+    let (usage, watch) = match run.origin().is_mirror() {
         true => (Value::Null, Value::Null),
         false => (json!(run.usage()), json!(run.watch_record())),
     };

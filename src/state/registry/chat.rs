@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use super::cancels::Cancel;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
 use crate::vocab::RunId;
@@ -33,7 +34,7 @@ pub(super) struct Chat {
     /// An `on_miss = record` attach is fetching the backend's live stream.
     pub(super) attach_recording: bool,
     /// `cancel_request_id` → the run it stopped.
-    pub(super) cancels: VecDeque<(String, RunId)>,
+    pub(super) cancels: VecDeque<Cancel>,
     /// Idempotency keys of record requests: the run each started and its request body's hash
     /// (the registry's `idempotency` part).
     pub(super) keys: VecDeque<Key>,

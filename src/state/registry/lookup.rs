@@ -9,6 +9,16 @@ use crate::state::auth::{Auth, Owner};
 use crate::state::run::Run;
 use crate::vocab::{RunId, Scope};
 
+/// A run found for a caller, with the scope of the chat it belongs to (what the id index
+/// holds, and what [`Registry::by_id`] answers).
+#[derive(Debug, Clone)]
+pub struct Found {
+    /// The scope (registry key) of the run's chat.
+    pub scope: Scope,
+    /// The run.
+    pub run: Arc<Run>,
+}
+
 impl Registry {
     /// Indexes `run` (of the chat at `scope`) under `id` for `owner`: tether's run id, or an
     /// alias (the backend's id for the run). A later run with the same alias takes it over.
@@ -19,19 +29,23 @@ impl Registry {
         }
         let key = Auth::id_key(owner, id);
         run.add_index_key(&key);
-        self.ids.insert(key, (scope.clone(), run.clone()));
+        let found = Found {
+            scope: scope.clone(),
+            run: run.clone(),
+        };
+        self.ids.insert(key, found);
     }
 
     /// A run by tether's run id or an alias, with its chat's scope, if `owner` recorded it.
-    pub fn by_id(&self, owner: &Owner, id: &RunId) -> Option<(Scope, Arc<Run>)> {
+    pub fn by_id(&self, owner: &Owner, id: &RunId) -> Option<Found> {
         self.maybe_sweep();
         let entry = self.ids.get(&Auth::id_key(owner, id))?;
         let found = entry.value().clone();
         drop(entry);
         // A run the registry let go of is no longer reachable.
-        self.chats.get(&found.0).filter(|c| {
+        self.chats.get(&found.scope).filter(|c| {
             c.runs()
-                .any(|r| Arc::ptr_eq(r, &found.1) && Self::visible(c, r, owner))
+                .any(|r| Arc::ptr_eq(r, &found.run) && Self::visible(c, r, owner))
         })?;
         Some(found)
     }

@@ -69,10 +69,13 @@ impl Registry {
                 && !chat
                     .current
                     .as_ref()
-                    .is_some_and(|prev| !prev.is_mirror() && prev.end().is_none());
+                    .is_some_and(|prev| !prev.origin().is_mirror() && prev.end().is_none());
             if chat.runs().any(|r| Arc::ptr_eq(r, &run)) {
                 // Held already: a mirror held as an older run becomes the current one.
-                if current && run.is_mirror() && chat.older.iter().any(|r| Arc::ptr_eq(r, &run)) {
+                if current
+                    && run.origin().is_mirror()
+                    && chat.older.iter().any(|r| Arc::ptr_eq(r, &run))
+                {
                     chat.older.retain(|r| !Arc::ptr_eq(r, &run));
                     if let Some(prev) = chat.current.replace(run.clone()) {
                         chat.older.push(prev);

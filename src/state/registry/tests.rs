@@ -121,7 +121,7 @@ fn a_run_recorded_for_one_owner_is_never_adopted_indexed_or_found_for_another() 
         &theirs
     ));
     assert!(Arc::ptr_eq(
-        &reg.by_id(&alice, &RunId::from("r")).unwrap().1,
+        &reg.by_id(&alice, &RunId::from("r")).unwrap().run,
         &theirs
     ));
 }
@@ -430,7 +430,7 @@ fn a_mirror_never_displaces_a_run_produced_here_until_that_run_has_ended() {
     let scope = Scope::from("c");
     let mine = live(&reg, "c", "mine");
     let older = Arc::new(Run::new("older", 4));
-    older.set_mirror();
+    older.mark_mirror();
     reg.adopt(&scope, ANY, older.clone(), true);
     assert!(mine.end().is_none(), "the local run goes on");
     assert!(Arc::ptr_eq(&reg.current(&scope, &ANY).unwrap(), &mine));

@@ -47,7 +47,7 @@ fn follow(reg: &Registry, chat: &str, id: &str) -> (Arc<Run>, Arc<MemoryJournal>
         RunId::from(id),
         Box::new(journal.clone()),
     ));
-    run.set_mirror();
+    run.mark_mirror();
     run.bind_owner(ANY);
     reg.adopt(&Scope::from(chat), ANY, run.clone(), true);
     (run, journal)
@@ -232,7 +232,7 @@ async fn a_followers_mirrors_count_against_max_chats_at_adoption() {
     let journal = Arc::new(MemoryJournal::new(&RunId::from("last"), 8));
     journal.end(crate::vocab::end::End::finished(true, None));
     let run = Arc::new(Run::with_journal(RunId::from("last"), Box::new(journal)));
-    run.set_mirror();
+    run.mark_mirror();
     run.done();
     reg.adopt(&Scope::from("last"), ANY, run, true);
     assert_eq!(reg.chats(), 8);

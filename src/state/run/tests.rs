@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -183,27 +184,6 @@ fn capture_shares_history_without_copying() {
     assert_eq!(a.history.events, 100);
 }
 
-#[tokio::test]
-async fn snapshot_is_serialized_once_per_seq() {
-    let run = Run::new("r", 4);
-    run.append(&[text("m", "a"), text("m", "b")]);
-    let s1 = run.snapshot().await;
-    let s2 = run.snapshot().await;
-    let (seq, f1) = (s1.seq, s1.frame);
-    assert_eq!(seq, 2);
-    assert!(s1.serialized && !s2.serialized);
-    assert_eq!(f1.as_ptr(), s2.frame.as_ptr(), "served from the cache");
-    assert_eq!(
-        snapshot_events(&f1).1,
-        vec![json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"ab"})]
-    );
-    run.append(&[text("m", "c")]);
-    let s3 = run.snapshot().await;
-    let (seq, f3) = (s3.seq, s3.frame);
-    assert_eq!(seq, 3);
-    assert_eq!(snapshot_events(&f3).1[0]["delta"], "abc");
-}
-
 #[test]
 fn window_memory_is_bounded_by_its_size() {
     let run = Run::new("r", 16);
@@ -340,4 +320,56 @@ proptest! {
             prop_assert_eq!(&recovered, &full, "disconnect at {}", k);
         }
     }
+}
+
+#[test]
+fn a_run_is_local_until_marked_a_mirror() {
+    let run = Run::new("r", 4);
+    assert_eq!(run.origin(), Origin::Local);
+    run.mark_mirror();
+    assert_eq!(run.origin(), Origin::Mirror);
+    assert!(run.origin().is_mirror());
+}
+
+#[derive(Debug, PartialEq)]
+struct Head(u16);
+#[derive(Debug, PartialEq)]
+struct Mark;
+
+#[test]
+fn slots_keep_one_value_per_type_and_each_room_reads_back_its_own() {
+    let run = Run::new("r", 4);
+    assert!(run.slots().get::<Head>().is_none());
+    assert!(!run.slots().contains::<Mark>());
+    run.slots().insert(Head(200));
+    run.slots().insert(Mark);
+    assert_eq!(run.slots().get::<Head>().as_deref(), Some(&Head(200)));
+    assert!(run.slots().contains::<Mark>());
+    run.slots().insert(Head(404));
+    assert_eq!(*run.slots().get::<Head>().unwrap(), Head(404), "replaced");
+    let made = run.slots().get_or_insert_with(|| Head(500));
+    assert_eq!(*made, Head(404), "an occupied slot is not refilled");
+    let counter = run.slots().get_or_insert_with(|| AtomicUsize::new(7));
+    counter.fetch_add(1, Ordering::Relaxed);
+    let again = run.slots().get_or_insert_with(|| AtomicUsize::new(0));
+    assert_eq!(again.load(Ordering::Relaxed), 8, "the one value, shared");
+}
+
+#[test]
+#[cfg_attr(debug_assertions, should_panic(expected = "at most"))]
+fn slots_hold_at_most_their_bound() {
+    struct Nth<const N: usize>;
+    let slots = Slots::default();
+    slots.insert(Nth::<0>);
+    slots.insert(Nth::<1>);
+    slots.insert(Nth::<2>);
+    slots.insert(Nth::<3>);
+    slots.insert(Nth::<4>);
+    slots.insert(Nth::<5>);
+    slots.insert(Nth::<6>);
+    slots.insert(Nth::<7>);
+    assert_eq!(MAX_SLOTS, 8);
+    assert!(slots.contains::<Nth<7>>());
+    slots.insert(Nth::<8>);
+    assert!(!slots.contains::<Nth<8>>(), "past the bound, not kept");
 }

@@ -124,7 +124,7 @@ async fn the_final_id_of_an_ended_run_is_an_empty_stream_and_an_unknown_run_404(
         tether
             .registry()
             .by_id(&Owner::NONE, &RUN.into())
-            .is_some_and(|(_, r)| r.end().is_some())
+            .is_some_and(|f| f.run.end().is_some())
     })
     .await;
     let last = id_of(frames().last().unwrap());
@@ -244,7 +244,7 @@ async fn unique_ids_are_the_servers_bytes_and_either_form_joins_right_after_its_
         tether
             .registry()
             .by_id(&Owner::NONE, &RUN.into())
-            .is_some_and(|(_, r)| r.end().is_some())
+            .is_some_and(|f| f.run.end().is_some())
     })
     .await;
     let join = |id: &'static str| {
@@ -286,7 +286,7 @@ async fn the_ids_a_run_remembers_count_in_its_recorded_bytes_until_its_upstream_
         tether
             .registry()
             .by_id(&Owner::NONE, &RUN.into())
-            .map(|(_, r)| r)
+            .map(|f| f.run)
     };
     // Beyond the run's window and raw frames: the ids it remembers (8 bytes each at least).
     let extra = || {

@@ -100,7 +100,7 @@ async fn completed(tether: &Sidecar, id: &str) {
         tether
             .registry()
             .by_id(&Owner::NONE, &id.into())
-            .is_some_and(|(_, r)| r.end().is_some())
+            .is_some_and(|f| f.run.end().is_some())
     })
     .await;
 }
@@ -235,7 +235,7 @@ async fn cancel_by_response_id_stops_that_run_and_never_a_later_one() {
         .registry()
         .by_id(&Owner::NONE, &"resp_1".into())
         .unwrap()
-        .1;
+        .run;
     assert!(running.is_producing() && running.end().is_none());
     let cancelled = "tether_runs_finished_total{outcome=\"cancelled\"}";
     assert_eq!(tether.metric(cancelled).await, 0.0);
