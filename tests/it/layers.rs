@@ -8,9 +8,12 @@
 //! own and calls no method another route file defines in `impl Sidecar` (only `proxy.rs`
 //! dispatches to the routes); no proxy file names `crate::state::auth` or `crate::replica`, and
 //! no producer file `crate::replica` (callers, lookups and going live are `crate::chats`'s).
+//! A run's local handle names no HTTP, Pingora, config or replica type ([`run_handle`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+mod run_handle;
 
 /// The top-level modules in table order, read from the `//! | layer | modules |` rows of lib.rs
 /// (every module named in backticks in a row, rows top to bottom: the lowest layer first).
