@@ -51,7 +51,7 @@ fn header(text: &str) -> Option<ResponseHeader> {
     Some(h)
 }
 
-/// Serializes a response header for [`header`].
+/// Serializes a response header in the form the journal stores (`status\nname: value\n…`).
 pub fn header_text(h: &ResponseHeader) -> String {
     let mut out = h.status.as_u16().to_string();
     for (k, v) in h.headers.iter() {
