@@ -198,13 +198,13 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         return;
     }
     let recording = Recording {
+        route: &route,
         window: rules.window,
         raw_cap: rules.raw.as_ref().map(|r| r.cap),
         tokens: &rules.tokens,
     };
     let Live { run, guard, naming } = chats.go_live(pending, run_id, &recording, &header);
     let scope = naming.scope().clone();
-    run.labels().set_route(&route);
     let Rules {
         format,
         commit,

@@ -17,10 +17,12 @@ use crate::vocab::{RunId, Scope};
 /// The longest alias a run is indexed by (a longer one is ignored).
 const MAX_ALIAS_BYTES: usize = 256;
 
-/// How a route records a run that goes live: its replay window, its raw record's cap, and the
-/// resume-token headers of its responses.
+/// How a route records a run that goes live: its path, its replay window, its raw record's cap,
+/// and the resume-token headers of its responses.
 #[derive(Debug, Clone, Copy)]
 pub struct Recording<'a> {
+    /// The path of the route recording it.
+    pub route: &'a str,
     /// Replay window size (events).
     pub window: usize,
     /// The raw record's cap in bytes, when the run keeps one.
@@ -63,6 +65,7 @@ impl Chats {
         };
         run.set_header(header.clone());
         run.labels().set_window(rec.window);
+        run.labels().set_route(rec.route);
         let tokens = rec.tokens;
         if tokens.run_id_header.is_some() || tokens.token_header.is_some() {
             run.set_tokens(tokens.clone());
@@ -80,6 +83,7 @@ impl Chats {
                     owner,
                     header: header_text(header),
                     requested_ms,
+                    route: rec.route.to_string(),
                 };
                 spawn_writer(c.clone(), run.clone(), inbox, meta);
                 Some(r)

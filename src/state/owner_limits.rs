@@ -6,8 +6,9 @@
 //! The table is bounded: an owner has an entry only while it has a run going or a bucket not yet
 //! full again; entries that are neither are dropped when a run ends and by a sweep as the table
 //! grows, and past [`MAX_OWNERS`] the idle owners' partly spent buckets are forgotten (in their
-//! favour). This is one replica's count; with a shared journal the rate's bucket is the
-//! journal's instead (the chats room asks it first), and runs going stay counted here.
+//! favour). This is one replica's count; with a shared journal the rate's bucket and the count of
+//! runs going are the journal's too (the chats room asks it; a run going is then counted here
+//! and there, and its place here carries the release of its place there).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -118,11 +119,32 @@ struct Table {
 pub struct ActiveRun {
     limits: Arc<OwnerLimits>,
     owner: Owner,
+    also: Option<AlsoRelease>,
+}
+
+/// What else gives an [`ActiveRun`]'s place back when it is dropped: its place in a count
+/// shared by the replicas (the shared journal's).
+pub struct AlsoRelease(Box<dyn FnOnce() + Send + Sync>);
+
+impl std::fmt::Debug for AlsoRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AlsoRelease")
+    }
+}
+
+impl ActiveRun {
+    /// Runs `release` too when the place is given back.
+    pub fn also_release(&mut self, release: impl FnOnce() + Send + Sync + 'static) {
+        self.also = Some(AlsoRelease(Box::new(release)));
+    }
 }
 
 impl Drop for ActiveRun {
     fn drop(&mut self) {
         self.limits.release(self.owner, Instant::now());
+        if let Some(AlsoRelease(release)) = self.also.take() {
+            release();
+        }
     }
 }
 
@@ -152,6 +174,11 @@ impl OwnerLimits {
     /// Whether either limit is on.
     pub fn is_on(&self) -> bool {
         self.settings.max_active > 0 || self.settings.per_minute > 0
+    }
+
+    /// Runs one owner may have going at once (`0`: off).
+    pub fn max_active(&self) -> u32 {
+        self.settings.max_active
     }
 
     /// Runs one owner may start per minute (`0`: off).
@@ -200,6 +227,7 @@ impl OwnerLimits {
         Ok(counted.then(|| ActiveRun {
             limits: self.clone(),
             owner,
+            also: None,
         }))
     }
 

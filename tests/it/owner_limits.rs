@@ -227,8 +227,8 @@ async fn with_a_shared_journal_the_rate_limit_holds_across_replicas() {
         3,
         "the refused turns were not forwarded"
     );
-    // One key per owner, under the owner's hash (never the subject), expiring within a minute.
-    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*"]);
+    // One bucket per owner, under the owner's hash (never the subject), expiring within a minute.
+    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*}:bucket"]);
     assert_eq!(keys.len(), 2, "{keys:?}");
     for k in &keys {
         assert!(!k.contains("alice") && !k.contains("bob"), "{k}");
