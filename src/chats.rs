@@ -126,7 +126,7 @@ impl Chats {
         let mut active = l.admit_active(owner)?;
         if let Some(place) = active.as_mut() {
             match Box::pin(j.admit_active(&owner, l.max_active())).await {
-                Ok(Some(shared)) => place.also_release(move || shared.release()),
+                Ok(Some(shared)) => place.also_release(move || Box::pin(shared.release())),
                 // Refused: the place taken here goes back with `active`.
                 Ok(None) => {
                     return Err(l.refused(Limited {

@@ -25,28 +25,23 @@ pub struct SharedPlace {
 }
 
 impl SharedPlace {
-    /// Gives the place back (off the caller's task; a place whose call fails lapses).
-    pub fn release(self) {
+    /// Gives the place back (a place whose call fails lapses).
+    pub async fn release(self) {
         let Some(c) = self.replica.upgrade() else {
             return;
         };
         c.places.remove(&self.token);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        rt.spawn(async move {
-            let mut conn = c.conn();
-            let r: redis::RedisResult<()> = timed(
-                redis::cmd("ZREM")
-                    .arg(&self.key)
-                    .arg(&self.token)
-                    .query_async(&mut conn),
-            )
-            .await;
-            if let Err(e) = r {
-                log::debug!("an owner's place could not be given back ({e}); it lapses");
-            }
-        });
+        let mut conn = c.conn();
+        let r: redis::RedisResult<()> = timed(
+            redis::cmd("ZREM")
+                .arg(&self.key)
+                .arg(&self.token)
+                .query_async(&mut conn),
+        )
+        .await;
+        if let Err(e) = r {
+            log::debug!("an owner's place could not be given back ({e}); it lapses");
+        }
     }
 }
 

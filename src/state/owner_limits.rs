@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -122,9 +123,9 @@ pub struct ActiveRun {
     also: Option<AlsoRelease>,
 }
 
-/// What else gives an [`ActiveRun`]'s place back when it is dropped: its place in a count
-/// shared by the replicas (the shared journal's).
-pub struct AlsoRelease(Box<dyn FnOnce() + Send + Sync>);
+/// What else gives an [`ActiveRun`]'s place back: its place in a count shared by the
+/// replicas (the shared journal's), a call to make.
+pub struct AlsoRelease(Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>);
 
 impl std::fmt::Debug for AlsoRelease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,9 +134,21 @@ impl std::fmt::Debug for AlsoRelease {
 }
 
 impl ActiveRun {
-    /// Runs `release` too when the place is given back.
-    pub fn also_release(&mut self, release: impl FnOnce() + Send + Sync + 'static) {
+    /// Makes `release` too when the place is given back.
+    pub fn also_release(
+        &mut self,
+        release: impl FnOnce() -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
         self.also = Some(AlsoRelease(Box::new(release)));
+    }
+
+    /// Gives the place back, waiting up to `wait` for the shared count to have it back (the
+    /// call goes on past that), so whoever sees the run end may start another at once.
+    pub async fn give_back(mut self, wait: Duration) {
+        if let Some(AlsoRelease(release)) = self.also.take() {
+            let call = tokio::spawn(release());
+            let _ = tokio::time::timeout(wait, call).await;
+        }
     }
 }
 
@@ -143,7 +156,9 @@ impl Drop for ActiveRun {
     fn drop(&mut self) {
         self.limits.release(self.owner, Instant::now());
         if let Some(AlsoRelease(release)) = self.also.take() {
-            release();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(release());
+            }
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The admin API on the admin listener: off without a token, one 401 for every route without
 //! the right one, runs listed (filtered, paged), one run, an operator's stop, and erasing one
-//! owner's data while every other owner's stays.
+//! owner's data while every other owner's stays; across two replicas in [`replicas`].
 
 use crate::support::*;
 use serde_json::{json, Value};
+
+mod replicas;
 
 const TOKEN: &str = "admin-token-0123456789";
 const BEARER: &str = "Bearer admin-token-0123456789";
