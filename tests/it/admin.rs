@@ -17,7 +17,10 @@ fn token_file() -> String {
     let dir = std::env::temp_dir().join(format!("tether-admin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("token");
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    // Written aside and renamed: tests running at once never read a half-written file.
+    let aside = dir.join(format!("token.{:016x}", rand::random::<u64>()));
+    std::fs::write(&aside, format!("{TOKEN}\n")).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
     path.display().to_string()
 }
 

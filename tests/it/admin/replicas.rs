@@ -199,7 +199,8 @@ async fn erasing_an_owner_mid_turn_clears_redis_and_both_replicas_and_no_one_els
     let redis = RedisServer::start();
     let gate = Gate::default();
     let (_be, a, b) = pair(&redis, &gate).await;
-    let done = completed(&a, "done", ALICE).await;
+    let keyed = [ALICE[0], ("idempotency-key", "alice-key-1")];
+    let done = completed(&a, "done", &keyed).await;
     let (active, mut client) = started(&a, "held", ALICE).await;
     let on_b = completed(&b, "b-done", ALICE).await;
     let bobs = completed(&a, "done", BOB).await;
@@ -214,6 +215,12 @@ async fn erasing_an_owner_mid_turn_clears_redis_and_both_replicas_and_no_one_els
         ids(&get(&b, "/admin/runs?owner=alice").await.1).len() == 3
     })
     .await;
+
+    // The name her idempotency key indexes its run by (as the chats room names it).
+    let key_name = format!("~key:{}", &blake3::hash(b"alice-key-1").to_hex()[..32]);
+    let named = format!("tj:{{i:{}}}:id", chat_tag(&format!("{owner}/{key_name}")));
+    let exists: i64 = redis.query(&["EXISTS", &named]);
+    assert_eq!(exists, 1, "her idempotency key's name is indexed in Redis");
 
     // Erased through B while her turn is still running on A.
     let (status, body) = admin(&b, "DELETE", "/admin/owners/alice", Some(BEARER)).await;
@@ -235,7 +242,8 @@ async fn erasing_an_owner_mid_turn_clears_redis_and_both_replicas_and_no_one_els
         .iter()
         .map(|c| chat_tag(&format!("{owner}/{c}")))
         .collect();
-    let id_tags: Vec<String> = [&done, &active, &on_b]
+    // Her id keys: each run id's and her idempotency key's name.
+    let id_tags: Vec<String> = [done.as_str(), &active, &on_b, &key_name]
         .iter()
         .map(|r| format!("i:{}", chat_tag(&format!("{owner}/{r}"))))
         .collect();
