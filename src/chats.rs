@@ -32,7 +32,7 @@ use crate::replica::Replica;
 use crate::state::attach_policy::{self, Decision};
 use crate::state::auth::Auth;
 pub use crate::state::auth::Owner;
-use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimit, OwnerLimits};
+use crate::state::owner_limits::{ActiveRun, Limited, OwnerLimit, OwnerLimits, ACTIVE_RETRY_AFTER};
 use crate::state::registry::{Admission, Busy, Pending, Registry};
 use crate::state::run::Run;
 use crate::vocab::{ChatId, RunId, Scope};
@@ -108,22 +108,39 @@ impl Chats {
     /// Admits a new run of `owner` under the per-owner limits (`[limits]
     /// max_active_runs_per_owner`, `max_runs_per_owner_per_minute`), before anything is
     /// forwarded: the run's place among the owner's active runs (hold it until the run ends;
-    /// `None` when that limit is off), or the limit that refuses it (counted). Runs going are
-    /// counted on this replica; with a shared journal the rate's bucket is the journal's, shared
-    /// by every replica (this replica's own while Redis cannot be asked).
+    /// `None` when that limit is off), or the limit that refuses it (counted). With a shared
+    /// journal both are counted there, for every replica: runs going in the owner's set of
+    /// places (also counted here), the rate in the owner's bucket; while Redis cannot be asked,
+    /// on this replica only.
     pub async fn admit_run(&self, owner: Owner) -> Result<Option<ActiveRun>, Limited> {
         let Some(l) = &self.limits else {
             return Ok(None);
         };
         // A degraded journal is not asked: the wait for its answer would hold every turn.
-        let shared = self.journal.as_ref().filter(|j| !j.is_degraded());
-        let Some(j) = shared.filter(|_| l.per_minute() > 0) else {
+        let Some(j) = self.journal.as_ref().filter(|j| !j.is_degraded()) else {
             return l.admit(owner);
         };
-        let active = l.admit_active(owner)?;
+        let mut active = l.admit_active(owner)?;
+        if let Some(place) = active.as_mut() {
+            match Box::pin(j.admit_active(&owner, l.max_active())).await {
+                Ok(Some(shared)) => place.also_release(move || Box::pin(shared.release())),
+                // Refused: the place taken here goes back with `active`.
+                Ok(None) => {
+                    return Err(l.refused(Limited {
+                        limit: OwnerLimit::ActiveRuns,
+                        retry_after: ACTIVE_RETRY_AFTER,
+                    }))
+                }
+                Err(e) => debug!(
+                    "shared journal: the owner's places could not be read ({e}); counting here"
+                ),
+            }
+        }
+        if l.per_minute() == 0 {
+            return Ok(active);
+        }
         match Box::pin(j.take_run(&owner, l.per_minute())).await {
             Ok(None) => Ok(active),
-            // Refused: the place taken above goes back with `active`.
             Ok(Some(wait)) => Err(l.refused(Limited {
                 limit: OwnerLimit::Rate,
                 retry_after: wait,

@@ -43,6 +43,9 @@ use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
 use account::Ended;
 pub use account::RunAccount;
+
+/// How long a run's end waits for its owner's place in the shared count to be given back.
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(1);
 use read::{read, ReadEnd, ReadLimits, Started};
 use tee::tee;
 pub use tee::{StreamCut, TeeReader};
@@ -198,13 +201,13 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         return;
     }
     let recording = Recording {
+        route: &route,
         window: rules.window,
         raw_cap: rules.raw.as_ref().map(|r| r.cap),
         tokens: &rules.tokens,
     };
     let Live { run, guard, naming } = chats.go_live(pending, run_id, &recording, &header);
     let scope = naming.scope().clone();
-    run.labels().set_route(&route);
     let Rules {
         format,
         commit,
@@ -286,8 +289,11 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     )
     .await;
     // The upstream is read to its end: the owner's place is given back before the run's end is
-    // recorded, so whoever sees the end may start another run.
-    drop(active);
+    // recorded, so whoever sees the end may start another run (on any replica: the shared
+    // count's call is waited for, up to a second).
+    if let Some(a) = active {
+        a.give_back(GIVE_BACK_WAIT).await;
+    }
     let ending = end_run(&run, &ingest, end, &mut started, account, &chats);
     if ending == Ending::Clean {
         upstream.release(s);

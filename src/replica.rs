@@ -19,14 +19,21 @@
 //! Per replica: `tj:{rep:<id>}:alive` (its lease token, `PX lease`), `tj:{rep:<id>}:runs:<lease>`
 //! (`<run>\n<scope>` of the live runs that life produces, listed in `tj:leases` as
 //! `<id>\n<lease>` for the reaper) and control channel `tj:{rep:<id>}:ctl`. Run ids and
-//! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`. Per owner, with `[limits]
-//! max_runs_per_owner_per_minute`: `tj:{own:<owner hash>}:bucket` ([`owner_bucket`]).
+//! aliases: `tj:{i:<h>}:id` → `<scope>\n<run>`. For the admin API ([`index`]): every run in
+//! `tj:runs`, and per owner (`<owner hash>`: the keyed hash, in hex) its runs and id keys in
+//! `tj:{own:<owner hash>}:runs` and `:ids`; erasures are announced on `tj:{adm}:erase`
+//! ([`erase`]). Per owner, with `[limits] max_active_runs_per_owner`:
+//! `tj:{own:<owner hash>}:active` ([`active`]); with `max_runs_per_owner_per_minute`:
+//! `tj:{own:<owner hash>}:bucket` ([`owner_bucket`]).
 
+mod active;
 mod bell;
 mod bus;
 pub mod codec;
 mod conn;
+mod erase;
 mod follower;
+mod index;
 mod liveness;
 mod marks;
 mod owner_bucket;
@@ -50,9 +57,12 @@ use crate::state::auth::{Auth, Owner};
 use crate::state::registry::Registry;
 use crate::state::run::Run;
 use crate::vocab::{RunId, Scope};
+pub use active::SharedPlace;
 pub(crate) use bell::Bell;
 pub use conn::pipeline_answers;
 pub(crate) use conn::Conn;
+pub use erase::JournalErased;
+pub use index::{JournalRun, MAX_INDEXED};
 use liveness::liveness;
 pub(crate) use liveness::owner_alive;
 pub use marks::{header_text, mirror_head};
@@ -245,6 +255,8 @@ pub struct Replica {
     producers: DashMap<RunId, Weak<Run>>,
     /// Mirrors followed here, by their run's meta key (which names the chat too).
     mirrors: DashMap<String, Weak<Run>>,
+    /// The owners' places under `max_active_runs_per_owner` held here: token → its set's key.
+    places: DashMap<String, String>,
     creating: tokio::sync::Mutex<()>,
     health: Arc<Health>,
     /// When Redis last answered a write of this replica's liveness (see [`Replica::lapsed`]).
@@ -301,6 +313,7 @@ impl Replica {
             bells: DashMap::new(),
             producers: DashMap::new(),
             mirrors: DashMap::new(),
+            places: DashMap::new(),
             creating: tokio::sync::Mutex::new(()),
             health,
             alive_at: parking_lot::Mutex::new(None),

@@ -17,10 +17,12 @@ use crate::vocab::{RunId, Scope};
 /// The longest alias a run is indexed by (a longer one is ignored).
 const MAX_ALIAS_BYTES: usize = 256;
 
-/// How a route records a run that goes live: its replay window, its raw record's cap, and the
-/// resume-token headers of its responses.
+/// How a route records a run that goes live: its path, its replay window, its raw record's cap,
+/// and the resume-token headers of its responses.
 #[derive(Debug, Clone, Copy)]
 pub struct Recording<'a> {
+    /// The path of the route recording it.
+    pub route: &'a str,
     /// Replay window size (events).
     pub window: usize,
     /// The raw record's cap in bytes, when the run keeps one.
@@ -64,6 +66,7 @@ impl Chats {
         super::head::keep_head(&run, header);
         super::head::keep_tokens(&run, rec.tokens);
         run.labels().set_window(rec.window);
+        run.labels().set_route(rec.route);
         let scope = pending.scope().clone();
         let owner = pending.owner();
         let requested_ms = pending.since_ms();
@@ -77,6 +80,7 @@ impl Chats {
                     owner,
                     header: header_text(header),
                     requested_ms,
+                    route: rec.route.to_string(),
                 };
                 spawn_writer(c.clone(), run.clone(), inbox, meta);
                 Some(r)

@@ -38,6 +38,7 @@ async fn live(chats: &Chats, owner: Owner, chat_id: &str, run_id: &str) -> Live 
     let run_id = RunId::from(run_id);
     let pending = chat.register(&run_id, Admission::Always).await.unwrap();
     let rec = Recording {
+        route: "/chat",
         window: 16,
         raw_cap: None,
         tokens: &Tokens::default(),
@@ -114,6 +115,7 @@ async fn an_idempotency_key_joins_its_run_refuses_another_body_and_waits_for_its
         .await;
     assert!(matches!(waited, Ok(ByKey::InUse(id)) if id == "r1"));
     let rec = Recording {
+        route: "/chat",
         window: 16,
         raw_cap: None,
         tokens: &Tokens::default(),
@@ -223,6 +225,7 @@ async fn a_run_goes_live_as_its_chats_current_run_for_the_owner_that_registered_
         ttl: Duration::from_secs(60),
     };
     let rec = Recording {
+        route: "/chat",
         window: 16,
         raw_cap: None,
         tokens: &tokens,

@@ -1,5 +1,6 @@
 //! The journal's pub/sub side: doorbells (a follower's wake-up, carrying the entry just
-//! appended) and control messages (a stop asked through another replica), on the push
+//! appended), control messages (a stop asked through another replica) and erasures (an
+//! owner erased through another replica's admin API), on the push
 //! connection. Plain pub/sub on one server, sharded pub/sub in a cluster (each channel under
 //! the hash tag of the keys it belongs to, so a script publishes on its own slot).
 
@@ -12,7 +13,7 @@ use redis::{PushInfo, PushKind, Value};
 use super::{codec, scripts, timed, Bell, Replica, RunKeys};
 use crate::state::run::Run;
 use crate::vocab::end::EndReason;
-use crate::vocab::Scope;
+use crate::vocab::{RunId, Scope};
 
 impl Replica {
     /// The publish command the scripts use on this topology (`PUBLISH`, or `SPUBLISH` in a
@@ -52,7 +53,14 @@ impl Replica {
         if !run.origin().is_mirror() {
             return false;
         }
-        let keys = RunKeys::new(scope, run.id());
+        self.stop_in_journal(scope, run.id(), reason).await;
+        true
+    }
+
+    /// Stops run `run` of the chat at `scope` wherever it is produced, as [`Self::stop_remote`]
+    /// does; true when the journal had it live.
+    pub async fn stop_in_journal(&self, scope: &Scope, run: &RunId, reason: EndReason) -> bool {
+        let keys = RunKeys::new(scope, run);
         let mut c = self.conn();
         let r: redis::RedisResult<Vec<String>> = timed(
             scripts::STOP
@@ -61,16 +69,16 @@ impl Replica {
                 .invoke_async(&mut c),
         )
         .await;
-        if let Ok(v) = r {
-            if v.first().map(String::as_str) == Some("live") {
-                if let Some(producer) = v.get(1) {
-                    let msg = codec::encode_stop(&codec::StopRequest {
-                        run: run.id().clone(),
-                        reason,
-                    });
-                    let _ = c.publish(&Replica::ctl_channel(producer), &msg).await;
-                }
-            }
+        let Ok(v) = r else { return false };
+        if v.first().map(String::as_str) != Some("live") {
+            return false;
+        }
+        if let Some(producer) = v.get(1) {
+            let msg = codec::encode_stop(&codec::StopRequest {
+                run: run.clone(),
+                reason,
+            });
+            let _ = c.publish(&Replica::ctl_channel(producer), &msg).await;
         }
         true
     }
@@ -109,6 +117,10 @@ pub(super) fn route(c: &Replica, push: PushInfo) {
     let msg = Bytes::from(msg);
     if let Some(bell) = c.bells.get(ch.as_ref()) {
         bell.ring(Some(msg.clone()));
+    }
+    if ch == super::erase::ERASE_CHANNEL {
+        c.erased_elsewhere(&msg);
+        return;
     }
     if ch.ends_with(":ctl") && ch == Replica::ctl_channel(&c.cfg.replica_id) {
         let stop = codec::decode_stop(&msg);

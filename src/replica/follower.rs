@@ -148,6 +148,9 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
     run.mark_mirror();
     run.bind_owner(owner);
     super::marks::keep_mirror_head(&run, &seed.header);
+    if !seed.route.is_empty() {
+        run.labels().set_route(&seed.route);
+    }
     if let Some(end) = seed.end {
         journal.end(end);
         run.done();
@@ -187,6 +190,8 @@ struct Seed {
     ckpt: u64,
     end: Option<End>,
     header: String,
+    /// The path of the route recording the run (the meta's `extra`).
+    route: String,
 }
 
 /// One stream entry: its id's seq and kind, and its fields.
@@ -321,6 +326,7 @@ async fn seed(c: &Replica, keys: &RunKeys, run_id: &RunId) -> Option<Seed> {
                     ckpt: ck.seq,
                     end,
                     header: meta.get("header").cloned().unwrap_or_default(),
+                    route: meta.get("extra").cloned().unwrap_or_default(),
                 });
             }
         }

@@ -186,8 +186,10 @@ pub(super) async fn liveness(cluster: Weak<Replica>) {
                 subscribed = c
                     .subscribe(&Replica::ctl_channel(&c.cfg.replica_id))
                     .await
-                    .is_ok();
+                    .is_ok()
+                    && c.subscribe(super::erase::ERASE_CHANNEL).await.is_ok();
             }
+            c.refresh_places().await;
             if let Err(e) = c.reap().await {
                 log::debug!("reaper pass failed: {e}");
             }

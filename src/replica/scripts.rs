@@ -1,5 +1,6 @@
-//! The Lua scripts behind every state change of a run in Redis, and the per-owner rate limit's
-//! shared bucket ([`TAKE_RUN`], under the owner's own hash tag). Each takes all its keys in
+//! The Lua scripts behind every state change of a run in Redis, the per-owner rate limit's
+//! shared bucket ([`TAKE_RUN`], under the owner's own hash tag), the admin API's indexes
+//! ([`INDEX`]) and the owners' shared places under the active-runs limit ([`ADMIT_ACTIVE`]). Each takes all its keys in
 //! `KEYS`, all under one chat's hash tag, validates everything before its first write (Redis
 //! does not roll a script back), and compares the producer's lease token (fencing). The first
 //! end written wins. A script that rings a doorbell takes the publish command last (`PUBLISH`,
@@ -7,7 +8,8 @@
 //! stays on one slot).
 //!
 //! Meta hash fields: `state` (`live`|`ended`), `run`, `scope`, `producer`, `lease`, `head`,
-//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra`, `t`
+//! `ckpt`, `gen`, `win`, `producing`, `stop`, `end` (JSON), `end_seq`, `header`, `extra` (the
+//! path of the route recording it), `t`
 //! (when its turn's request arrived, ms since the Unix epoch on its producer's clock), and
 //! `watch`: until when (Redis server time, ms) some replica follows the run. Doorbells are
 //! published only while `watch` is set, so a run nobody follows costs no `PUBLISH`; the
@@ -244,6 +246,66 @@ end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
 redis.call('PEXPIRE', KEYS[1], 60000)
 return wait
+"#,
+    )
+});
+
+/// Adds members to one of the admin API's indexes (an owner's runs or ids, or every run), each
+/// scored by when it stops counting (Redis server time plus `ttl`, ms), after dropping the
+/// members whose time passed; the key then expires `ttl` from now, when its newest member
+/// would. A run's writer adds its run on every lease tick, so its member outlives the run's
+/// keys by at most a lease.
+///
+/// KEYS: index. ARGV: ttl ms, member….
+pub static INDEX: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], now + ttl, ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1
+"#,
+    )
+});
+
+/// Takes one of an owner's places under `[limits] max_active_runs_per_owner`, shared by every
+/// replica: a member per run going, scored by when it lapses (Redis server time plus `ttl`;
+/// its replica refreshes it, so a crashed replica's places lapse). Drops lapsed members, then
+/// refuses (0) when `max` are held, else adds `token` (1). The key expires with its newest member.
+///
+/// KEYS: active. ARGV: max, token, ttl ms.
+pub static ADMIT_ACTIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ttl)
+return 1
+"#,
+    )
+});
+
+/// Refreshes the places an owner holds on this replica ([`ADMIT_ACTIVE`]): each still there
+/// lapses `ttl` from now (a place already given back or lapsed is not taken again).
+///
+/// KEYS: active. ARGV: ttl ms, token….
+pub static REFRESH_ACTIVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+local n = 0
+for i = 2, #ARGV do n = n + redis.call('ZADD', KEYS[1], 'XX', 'CH', now + ttl, ARGV[i]) end
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('PEXPIRE', KEYS[1], ttl) end
+return n
 "#,
     )
 });

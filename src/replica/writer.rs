@@ -41,6 +41,8 @@ pub struct Meta {
     /// When the turn's request arrived (ms since the Unix epoch): a chat's runs are ordered by
     /// it across replicas.
     pub requested_ms: u64,
+    /// The path of the route that records it (the meta's `extra`, for the admin API).
+    pub route: String,
 }
 
 /// One writer's state.
@@ -180,7 +182,7 @@ impl Writer {
                 }
                 Msg::Alias(a) => {
                     self.ids.push(super::id_key(&self.meta.owner, &a));
-                    if self.live {
+                    if self.live && !self.ended {
                         self.index_ids().await;
                     }
                 }
@@ -202,7 +204,8 @@ impl Writer {
         }
     }
 
-    /// Indexes the run id and aliases for every replica.
+    /// Indexes the run id and aliases for every replica, and the run in the admin API's
+    /// indexes ([`super::index`]).
     async fn index_ids(&self) {
         let mut c = self.cluster.conn();
         let value = format!("{}\n{}", self.meta.scope, self.run.id());
@@ -218,6 +221,15 @@ impl Writer {
             )
             .await;
         }
+        self.cluster
+            .index_run(
+                &self.meta.scope,
+                &self.meta.owner,
+                self.run.id(),
+                &self.ids,
+                ttl,
+            )
+            .await;
     }
 
     /// The lease tick of a live run: TTLs refreshed, a stop flag or a foreign end noticed.

@@ -15,6 +15,7 @@ use super::small_app::{finish, respond};
 use crate::proxy::Shared;
 
 pub mod api;
+pub mod rows;
 
 /// The most request body the admin listener reads (and drops) before it answers.
 const MAX_ADMIN_BODY: usize = 64 * 1024;

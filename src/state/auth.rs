@@ -37,6 +37,12 @@ impl Owner {
         self.0.as_ref().map(|h| h.to_hex().to_string())
     }
 
+    /// The owner whose keyed hash is `hex` (as [`Owner::hex`] shows it), or `None` when `hex` is
+    /// not 64 hex digits.
+    pub fn from_hex(hex: &str) -> Option<Owner> {
+        blake3::Hash::from_hex(hex).ok().map(|h| Owner(Some(h)))
+    }
+
     /// Whether `other` is the same owner; constant time in the hash.
     pub fn is(&self, other: &Owner) -> bool {
         match (&self.0, &other.0) {
@@ -141,6 +147,19 @@ impl Auth {
         match &owner.0 {
             None => Scope::from(chat_id.as_str()),
             Some(h) => Scope::from(format!("{}/{chat_id}", h.to_hex())),
+        }
+    }
+
+    /// The owner a scope [`Auth::scope`] made names: the hash it starts with, or
+    /// [`Owner::NONE`] when this authenticator has no subject (every scope is then a chat id).
+    pub fn owner_in(&self, scope: &Scope) -> Owner {
+        if matches!(self.subject, Subject::None) {
+            return Owner::NONE;
+        }
+        let s = scope.as_str();
+        match (s.get(..64), s.get(64..65)) {
+            (Some(hex), Some("/")) => Owner::from_hex(hex).unwrap_or(Owner::NONE),
+            _ => Owner::NONE,
         }
     }
 

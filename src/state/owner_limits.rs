@@ -6,13 +6,15 @@
 //! The table is bounded: an owner has an entry only while it has a run going or a bucket not yet
 //! full again; entries that are neither are dropped when a run ends and by a sweep as the table
 //! grows, and past [`MAX_OWNERS`] the idle owners' partly spent buckets are forgotten (in their
-//! favour). This is one replica's count; with a shared journal the rate's bucket is the
-//! journal's instead (the chats room asks it first), and runs going stay counted here.
+//! favour). This is one replica's count; with a shared journal the rate's bucket and the count of
+//! runs going are the journal's too (the chats room asks it; a run going is then counted here
+//! and there, and its place here carries the release of its place there).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -118,11 +120,46 @@ struct Table {
 pub struct ActiveRun {
     limits: Arc<OwnerLimits>,
     owner: Owner,
+    also: Option<AlsoRelease>,
+}
+
+/// What else gives an [`ActiveRun`]'s place back: its place in a count shared by the
+/// replicas (the shared journal's), a call to make.
+pub struct AlsoRelease(Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send + Sync>);
+
+impl std::fmt::Debug for AlsoRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AlsoRelease")
+    }
+}
+
+impl ActiveRun {
+    /// Makes `release` too when the place is given back.
+    pub fn also_release(
+        &mut self,
+        release: impl FnOnce() -> BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
+        self.also = Some(AlsoRelease(Box::new(release)));
+    }
+
+    /// Gives the place back, waiting up to `wait` for the shared count to have it back (the
+    /// call goes on past that), so whoever sees the run end may start another at once.
+    pub async fn give_back(mut self, wait: Duration) {
+        if let Some(AlsoRelease(release)) = self.also.take() {
+            let call = tokio::spawn(release());
+            let _ = tokio::time::timeout(wait, call).await;
+        }
+    }
 }
 
 impl Drop for ActiveRun {
     fn drop(&mut self) {
         self.limits.release(self.owner, Instant::now());
+        if let Some(AlsoRelease(release)) = self.also.take() {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(release());
+            }
+        }
     }
 }
 
@@ -152,6 +189,11 @@ impl OwnerLimits {
     /// Whether either limit is on.
     pub fn is_on(&self) -> bool {
         self.settings.max_active > 0 || self.settings.per_minute > 0
+    }
+
+    /// Runs one owner may have going at once (`0`: off).
+    pub fn max_active(&self) -> u32 {
+        self.settings.max_active
     }
 
     /// Runs one owner may start per minute (`0`: off).
@@ -200,6 +242,7 @@ impl OwnerLimits {
         Ok(counted.then(|| ActiveRun {
             limits: self.clone(),
             owner,
+            also: None,
         }))
     }
 

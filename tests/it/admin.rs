@@ -1,9 +1,11 @@
 //! The admin API on the admin listener: off without a token, one 401 for every route without
 //! the right one, runs listed (filtered, paged), one run, an operator's stop, and erasing one
-//! owner's data while every other owner's stays.
+//! owner's data while every other owner's stays; across two replicas in [`replicas`].
 
 use crate::support::*;
 use serde_json::{json, Value};
+
+mod replicas;
 
 const TOKEN: &str = "admin-token-0123456789";
 const BEARER: &str = "Bearer admin-token-0123456789";
@@ -15,7 +17,10 @@ fn token_file() -> String {
     let dir = std::env::temp_dir().join(format!("tether-admin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("token");
-    std::fs::write(&path, format!("{TOKEN}\n")).unwrap();
+    // Written aside and renamed: tests running at once never read a half-written file.
+    let aside = dir.join(format!("token.{:016x}", rand::random::<u64>()));
+    std::fs::write(&aside, format!("{TOKEN}\n")).unwrap();
+    std::fs::rename(&aside, &path).unwrap();
     path.display().to_string()
 }
 

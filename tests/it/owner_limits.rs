@@ -2,8 +2,8 @@
 //! record request over either is answered `429 too_many_runs` or `429 rate_limited` with
 //! `Retry-After`, is counted in `tether_owner_limited_total{limit}`, and never reaches the
 //! backend; another owner is not affected; an owner whose run ended may start another; a retry
-//! that joins its run is not a new run; with a shared journal the rate's bucket is one for every
-//! replica (runs going are counted per replica); and either limit with `[auth] subject = "none"`
+//! that joins its run is not a new run; with a shared journal both are counted for every replica
+//! (the rate's bucket and the owner's places in Redis); and either limit with `[auth] subject = "none"`
 //! is an invalid configuration naming its key. (The token bucket's refill is tested on a clock of its
 //! own in `src/state/owner_limits/tests.rs`.)
 
@@ -227,8 +227,8 @@ async fn with_a_shared_journal_the_rate_limit_holds_across_replicas() {
         3,
         "the refused turns were not forwarded"
     );
-    // One key per owner, under the owner's hash (never the subject), expiring within a minute.
-    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*"]);
+    // One bucket per owner, under the owner's hash (never the subject), expiring within a minute.
+    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*}:bucket"]);
     assert_eq!(keys.len(), 2, "{keys:?}");
     for k in &keys {
         assert!(!k.contains("alice") && !k.contains("bob"), "{k}");
@@ -266,4 +266,64 @@ fn a_per_owner_limit_without_a_subject_exits_64_naming_the_key() {
     assert_eq!(cfg.limits.max_active_runs_per_owner, 2);
     assert_eq!(cfg.limits.max_runs_per_owner_per_minute, 10);
     assert!(Config::from_parts(parse_file("").unwrap(), &Flags::default()).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_shared_journal_the_active_runs_limit_holds_across_replicas() {
+    let redis = RedisServer::start();
+    let [a1, b1] = [(); 2].map(|_| Gate::default());
+    let be = gated_backend(&[("a1", a1.clone()), ("b1", b1.clone())]).await;
+    let extra = "[auth]\nsubject = \"header:X-User\"\nsecret = \"shared-secret\"\n\
+                 [limits]\nmax_active_runs_per_owner = 2\n";
+    let a = replica(be.addr, &redis, "a", extra).await;
+    let b = replica(be.addr, &redis, "b", extra).await;
+    // Alice has one run going on each replica: her limit, counted across both.
+    let mut on_a = record(&a, ALICE, "a1", &[]).await;
+    assert_eq!(on_a.frame().await.unwrap().ty(), "STREAM_SNAPSHOT");
+    let mut on_b = record(&b, ALICE, "b1", &[]).await;
+    assert_eq!(on_b.frame().await.unwrap().ty(), "STREAM_SNAPSHOT");
+    for (tether, id) in [(&a, "a2"), (&b, "b2")] {
+        let (status, code, retry_after) = refusal(record(tether, ALICE, id, &[]).await).await;
+        assert_eq!(
+            (status, code.as_str(), retry_after),
+            (429, "too_many_runs", 5)
+        );
+        assert_eq!(
+            tether
+                .metric("tether_owner_limited_total{limit=\"active_runs\"}")
+                .await,
+            1.0
+        );
+    }
+    // Bob, under his limit, is not affected.
+    let mut bobs = record(&b, BOB, "c1", &[]).await;
+    assert_eq!(
+        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
+        json!(true)
+    );
+    assert_eq!(
+        be.requests.lock().len(),
+        3,
+        "the refused turns were not forwarded"
+    );
+    // Her run on A ends: her next one, on B, is admitted at once.
+    a1.open();
+    assert_eq!(
+        on_a.frames_to_end().await.pop().unwrap().json["persisted"],
+        json!(true)
+    );
+    let mut next = record(&b, ALICE, "b3", &[]).await;
+    assert_eq!(
+        next.frames_to_end().await.pop().unwrap().json["persisted"],
+        json!(true)
+    );
+    b1.open();
+    on_b.frames_to_end().await;
+    // Her places are under her owner hash, none held once her runs ended.
+    let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*}:active"]);
+    assert!(keys.iter().all(|k| !k.contains("alice")), "{keys:?}");
+    for k in &keys {
+        let held: i64 = redis.query(&["ZCARD", k]);
+        assert_eq!(held, 0, "{k}");
+    }
 }

@@ -106,7 +106,7 @@ impl Writer {
                         .arg(superseded)
                         .arg(&pk.bell)
                         .arg(&self.meta.header)
-                        .arg("")
+                        .arg(&self.meta.route)
                         .arg(self.meta.requested_ms)
                         .arg(c.publish_command()),
                 )

@@ -1,25 +1,24 @@
-//! The admin API on the admin listener, on only with an admin token: the runs held here
-//! (`GET /admin/runs`, `GET /admin/runs/{run_id}`), an operator's stop
+//! The admin API on the admin listener, on only with an admin token: the runs held here and,
+//! with a shared journal, every replica's (`GET /admin/runs`, `GET /admin/runs/{run_id}`,
+//! [`super::rows`]), an operator's stop
 //! (`POST /admin/runs/{run_id}/stop`) and erasing one owner (`DELETE /admin/owners/{subject}`).
 //!
 //! Every request needs `Authorization: Bearer <token>`, checked before the route is looked at,
 //! so a wrong or missing token gets the same `401` on every route. Answers are JSON; errors
 //! have the proxy's codes.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Method;
 use log::warn;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
+use super::rows::Row;
 use crate::chats::Chats;
 use crate::config::AdminToken;
 use crate::error::{ApiError, Code};
-use crate::ingest::Ending;
-use crate::state::auth::Auth;
-use crate::state::registry::Held;
-use crate::vocab::end::{End, EndReason};
 use crate::vocab::RunId;
 
 /// How many runs a list answers by default, and at most.
@@ -76,8 +75,8 @@ pub async fn serve(chats: &Chats, token: &AdminToken, req: &AdminRequest<'_>) ->
     let rest = req.path.trim_start_matches("/admin/");
     let parts: Vec<&str> = rest.split('/').collect();
     let answer = match (req.method, parts.as_slice()) {
-        (&Method::GET, ["runs"]) => list(chats, req.query),
-        (&Method::GET, ["runs", id]) => one(chats, id),
+        (&Method::GET, ["runs"]) => list(chats, req.query).await,
+        (&Method::GET, ["runs", id]) => one(chats, id).await,
         (&Method::POST, ["runs", id, "stop"]) => stop(chats, id).await,
         (&Method::DELETE, ["owners", subject]) => erase(chats, subject).await,
         _ => Err(ApiError::new(
@@ -155,28 +154,41 @@ fn cursor_of(id: &RunId) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.as_str())
 }
 
-fn list(chats: &Chats, query: Option<&str>) -> Result<AdminAnswer, ApiError> {
+/// The runs a list shows: every run held here and, with a shared journal, every run it indexes
+/// that is not held here, once each.
+async fn rows(chats: &Chats, owner: Option<crate::chats::Owner>) -> Vec<Row> {
+    let mut rows: Vec<Row> = chats.held().into_iter().map(Row::Here).collect();
+    let mut seen: HashSet<RunId> = rows.iter().map(|r| r.id().clone()).collect();
+    for r in chats.indexed(owner).await {
+        if seen.insert(r.run.run.clone()) {
+            rows.push(Row::There(r));
+        }
+    }
+    rows
+}
+
+async fn list(chats: &Chats, query: Option<&str>) -> Result<AdminAnswer, ApiError> {
     let f = filter(chats, query)?;
-    let mut runs: Vec<Held> = chats
-        .held()
+    let mut runs: Vec<Row> = rows(chats, f.owner)
+        .await
         .into_iter()
-        .filter(|h| f.active.is_none_or(|a| a == h.run.end().is_none()))
-        .filter(|h| f.owner.is_none_or(|o| h.owner.is(&o)))
-        .filter(|h| {
+        .filter(|r| f.active.is_none_or(|a| a == r.is_active()))
+        .filter(|r| f.owner.is_none_or(|o| r.owner().is(&o)))
+        .filter(|r| {
             f.route
                 .as_deref()
-                .is_none_or(|r| h.run.labels().route() == Some(r))
+                .is_none_or(|want| r.route() == Some(want))
         })
-        .filter(|h| f.after.as_ref().is_none_or(|a| h.run.id() > a))
+        .filter(|r| f.after.as_ref().is_none_or(|a| r.id() > a))
         .collect();
-    runs.sort_by(|a, b| a.run.id().cmp(b.run.id()));
+    runs.sort_by(|a, b| a.id().cmp(b.id()));
     let more = runs.len() > f.limit;
     runs.truncate(f.limit);
     let next = match (more, runs.last()) {
-        (true, Some(last)) => Value::String(cursor_of(last.run.id())),
+        (true, Some(last)) => Value::String(cursor_of(last.id())),
         _ => Value::Null,
     };
-    let items: Vec<Value> = runs.iter().map(|h| Value::Object(view(h))).collect();
+    let items: Vec<Value> = runs.iter().map(|r| Value::Object(r.view())).collect();
     Ok(ok(json!({ "runs": items, "next_cursor": next })))
 }
 
@@ -188,23 +200,52 @@ fn run_id(text: &str) -> Result<RunId, ApiError> {
 }
 
 fn no_run() -> ApiError {
-    ApiError::new(Code::NoRun, "no run with this id is held here")
+    ApiError::new(
+        Code::NoRun,
+        "no run with this id is held here or in the shared journal",
+    )
 }
 
-fn one(chats: &Chats, id: &str) -> Result<AdminAnswer, ApiError> {
-    let held = chats.held_by_id(&run_id(id)?).ok_or_else(no_run)?;
-    let mut v = view(&held);
-    v.insert("recorded_bytes".into(), json!(held.run.bytes()));
-    v.insert("window".into(), json!(held.run.labels().window()));
-    v.insert("mirror".into(), json!(held.run.origin().is_mirror()));
+/// The run `id` names: held here, else in the shared journal.
+async fn find(chats: &Chats, id: &RunId) -> Result<Row, ApiError> {
+    if let Some(h) = chats.held_by_id(id) {
+        return Ok(Row::Here(h));
+    }
+    chats
+        .indexed_run(id)
+        .await
+        .map(Row::There)
+        .ok_or_else(no_run)
+}
+
+async fn one(chats: &Chats, id: &str) -> Result<AdminAnswer, ApiError> {
+    let row = find(chats, &run_id(id)?).await?;
+    let mut v = row.view();
+    let (bytes, window, mirror) = match &row {
+        Row::Here(h) => (
+            json!(h.run.bytes()),
+            json!(h.run.labels().window()),
+            h.run.origin().is_mirror(),
+        ),
+        Row::There(r) => (Value::Null, json!(r.run.window), false),
+    };
+    v.insert("recorded_bytes".into(), bytes);
+    v.insert("window".into(), window);
+    v.insert("mirror".into(), json!(mirror));
     Ok(ok(Value::Object(v)))
 }
 
 async fn stop(chats: &Chats, id: &str) -> Result<AdminAnswer, ApiError> {
-    let held = chats.held_by_id(&run_id(id)?).ok_or_else(no_run)?;
-    let was_active = held.run.is_producing();
-    chats.stop_held(&held).await;
-    let mut v = view(&held);
+    let row = find(chats, &run_id(id)?).await?;
+    let was_active = match &row {
+        Row::Here(h) => {
+            let producing = h.run.is_producing();
+            chats.stop_held(h).await;
+            producing
+        }
+        Row::There(r) => chats.stop_indexed(r).await,
+    };
+    let mut v = row.view();
     v.insert("stop_requested".into(), json!(was_active));
     Ok(ok(Value::Object(v)))
 }
@@ -221,55 +262,15 @@ async fn erase(chats: &Chats, subject: &str) -> Result<AdminAnswer, ApiError> {
     })?;
     let erased = chats.erase(owner, ERASE_WAIT).await;
     warn!(
-        "admin: erased an owner's data: {} chats, {} runs, {} recorded bytes",
-        erased.chats, erased.runs, erased.bytes
+        "admin: erased an owner's data: {} chats, {} runs, {} recorded bytes, {} shared-journal keys",
+        erased.chats, erased.runs, erased.bytes, erased.keys
     );
     Ok(ok(json!({
-        "erased": { "chats": erased.chats, "runs": erased.runs, "bytes": erased.bytes }
+        "erased": {
+            "chats": erased.chats,
+            "runs": erased.runs,
+            "bytes": erased.bytes,
+            "journal_keys": erased.keys,
+        }
     })))
-}
-
-/// How a run ended, as `tether_runs_finished_total{outcome}` names it: the producer's rule,
-/// told how the read ended by the end's reason (a stop's reason is the stop's).
-fn outcome(end: &End) -> &'static str {
-    let ending = match end.reason {
-        Some(r @ EndReason::Cancelled) => Ending::Stopped(r),
-        _ => Ending::Clean,
-    };
-    crate::ingest::outcome(end, ending).as_str()
-}
-
-/// The fields every answer shows of a run.
-fn view(h: &Held) -> Map<String, Value> {
-    let run = &h.run;
-    let labels = run.labels();
-    let end = run.end();
-    let ended_at = run
-        .finished_at()
-        .map(|t| labels.at_ms(t.saturating_duration_since(run.started())));
-    let mut v = Map::new();
-    v.insert("run_id".into(), json!(run.id().as_str()));
-    v.insert("chat_id".into(), json!(Auth::chat_of(&h.owner, &h.scope)));
-    v.insert("owner".into(), json!(h.owner.hex()));
-    v.insert("route".into(), json!(labels.route()));
-    v.insert("format".into(), json!(labels.format().map(|f| f.as_str())));
-    let state = if end.is_none() { "active" } else { "completed" };
-    v.insert("state".into(), json!(state));
-    v.insert("head_seq".into(), json!(run.head()));
-    v.insert("observers".into(), json!(run.observers()));
-    v.insert("started_at_ms".into(), json!(labels.started_at_ms()));
-    v.insert("ended_at_ms".into(), json!(ended_at));
-    v.insert("outcome".into(), json!(end.as_ref().map(outcome)));
-    v.insert("persisted".into(), json!(end.as_ref().map(|e| e.persisted)));
-    let reason = end.as_ref().and_then(|e| e.reason).map(|r| r.as_str());
-    v.insert("reason".into(), json!(reason));
-    // The accounting figures, as the status route shows them: a mirror's are the producing
-    // replica's to tell.
-    let (usage, watch) = match run.origin().is_mirror() {
-        true => (Value::Null, Value::Null),
-        false => (json!(run.usage()), json!(run.watch_record())),
-    };
-    v.insert("usage".into(), usage);
-    v.insert("watch".into(), watch);
-    v
 }

@@ -28,6 +28,8 @@ pub struct Erased {
     pub runs: usize,
     /// Recorded bytes released.
     pub bytes: usize,
+    /// Keys deleted from the shared journal (0 without one).
+    pub keys: usize,
 }
 
 impl Registry {
