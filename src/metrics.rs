@@ -9,8 +9,8 @@ pub mod downstream;
 use std::marker::PhantomData;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::budget::Meter;
@@ -189,6 +189,9 @@ pub struct Metrics {
     registry: Registry,
     /// `tether_runs_active`: runs whose producer is reading the upstream.
     pub runs_active: IntGauge,
+    /// `tether_runs_held{state}`: runs held here (mirrors included), `active` or `completed`;
+    /// set when `/metrics` is read.
+    pub runs_held: IntGaugeVec,
     /// `tether_runs_started_total{route,format}`: counted once the run's format is known.
     pub runs_started: IntCounterVec,
     /// `tether_runs_finished_total{outcome}`.
@@ -289,6 +292,17 @@ fn gauge(reg: &Registry, name: &str, help: &str) -> IntGauge {
     g
 }
 
+/// A gauge with one label, each of `values` exported (at 0) from the start.
+fn gauge_vec(reg: &Registry, name: &str, help: &str, label: (&str, &[&str])) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &[label.0]).expect("valid metric definition");
+    for v in label.1 {
+        g.with_label_values(&[v]).set(0);
+    }
+    reg.register(Box::new(g.clone()))
+        .expect("unique metric name");
+    g
+}
+
 fn histogram(reg: &Registry, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
     let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
         .expect("valid metric definition");
@@ -317,6 +331,12 @@ impl Metrics {
                 &r,
                 "tether_runs_active",
                 "Runs whose producer is reading the upstream",
+            ),
+            runs_held: gauge_vec(
+                &r,
+                "tether_runs_held",
+                "Runs held here for resume (mirrors included), by state",
+                ("state", &["active", "completed"]),
             ),
             runs_started: counter_vec(
                 &r,

@@ -35,8 +35,15 @@ impl Admin {
     /// and the backend's request slots refreshed first.
     pub fn metrics_text(&self) -> String {
         let m = &self.shared.metrics;
-        m.recorded_bytes
-            .set(self.shared.chats.registry().recorded_bytes() as i64);
+        let registry = self.shared.chats.registry();
+        m.recorded_bytes.set(registry.recorded_bytes() as i64);
+        let held = registry.held_by_state();
+        m.runs_held
+            .with_label_values(&["active"])
+            .set(held.active as i64);
+        m.runs_held
+            .with_label_values(&["completed"])
+            .set(held.completed as i64);
         let connects = self.shared.upstream.connects();
         m.upstream_connects_waiting.set(connects.waiting() as i64);
         let seen = m.upstream_fd_waits.get();

@@ -100,6 +100,15 @@ impl std::fmt::Debug for EvictHook {
     }
 }
 
+/// How many runs are held, by state ([`Registry::held_by_state`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HeldByState {
+    /// Runs not ended.
+    pub active: usize,
+    /// Ended runs kept for resume.
+    pub completed: usize,
+}
+
 impl Registry {
     /// An empty registry keeping completed runs for `retention`, and at most `max_chats` chats
     /// whose runs have all completed.
@@ -155,6 +164,20 @@ impl Registry {
     /// Runs held (active and completed).
     pub fn run_count(&self) -> usize {
         self.totals.runs()
+    }
+
+    /// Runs held, by state: not ended, and ended (kept for resume until retention drops them).
+    pub fn held_by_state(&self) -> HeldByState {
+        let mut n = HeldByState::default();
+        for chat in self.chats.iter() {
+            for run in chat.runs() {
+                match run.end() {
+                    None => n.active += 1,
+                    Some(_) => n.completed += 1,
+                }
+            }
+        }
+        n
     }
 
     /// Every run still reading its upstream.

@@ -69,6 +69,9 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     assert_eq!(tether.metric("tether_runs_active").await, 1.0);
     assert_eq!(tether.metric("tether_observers_active").await, 1.0);
     assert!(tether.metric("tether_recorded_bytes").await > 0.0);
+    let held = |state: &str| format!("tether_runs_held{{state=\"{state}\"}}");
+    assert_eq!(tether.metric(&held("active")).await, 1.0);
+    assert_eq!(tether.metric(&held("completed")).await, 0.0);
     // The client leaves: what arrives next is recorded unobserved.
     r.kill();
     let run = tether.current_run("c").unwrap();
@@ -85,6 +88,9 @@ async fn metrics_move_as_runs_are_recorded_and_observed() {
     assert!(tether.metric("tether_upstream_bytes_total").await > 0.0);
     assert_eq!(tether.metric("tether_runs_active").await, 0.0);
     assert_eq!(tether.metric("tether_observers_active").await, 0.0);
+    // The ended run is held for resume.
+    assert_eq!(tether.metric(&held("active")).await, 0.0);
+    assert_eq!(tether.metric(&held("completed")).await, 1.0);
     assert_eq!(
         tether
             .metric("tether_runs_started_total{format=\"agui\",route=\"/chat\"}")
