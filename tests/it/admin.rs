@@ -210,7 +210,7 @@ async fn runs_are_listed_by_state_owner_and_route_a_page_at_a_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_stop_ends_the_run_cancelled_once() {
     let gate = Gate::default();
-    let (_be, tether) = admin_sidecar(&gate).await;
+    let (be, tether) = admin_sidecar(&gate).await;
     let (run, mut client) = started(&tether, "held", ALICE).await;
     let path = format!("/admin/runs/{run}/stop");
     let (status, body) = admin(&tether, "POST", &path, Some(BEARER)).await;
@@ -220,6 +220,10 @@ async fn an_admin_stop_ends_the_run_cancelled_once() {
         (end.json["persisted"].clone(), end.json["reason"].clone()),
         (json!(false), json!("cancelled"))
     );
+    // The backend's connection was closed: what it writes after the stop fails.
+    gate.open();
+    be.wait_answers(1).await;
+    assert!(be.served.lock()[0].write_failed, "the backend was cut off");
     let (status, again) = admin(&tether, "POST", &path, Some(BEARER)).await;
     assert_eq!(status, 200);
     assert_eq!(again["stop_requested"], false);
