@@ -95,6 +95,16 @@ async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     (snap.seq, snap.frame)
 }
 
+/// Whether a reader starting at `start` has a backlog to write before it is live: a snapshot,
+/// or a cursor behind the run's head.
+fn catching_up(run: &Run, start: Start) -> bool {
+    match start {
+        Start::After(c) => run.head() > c,
+        Start::Snapshot => true,
+        Start::Fresh => false,
+    }
+}
+
 async fn write_loop<S: Sink>(
     sink: &mut S,
     run: &Arc<Run>,
@@ -104,6 +114,12 @@ async fn write_loop<S: Sink>(
     shutdown: &CancellationToken,
 ) -> Exit {
     let rx = run.subscribe();
+    if catching_up(run, start) {
+        // The response head is out; the first write of a backlog fills the socket, hundreds of
+        // kilobytes. Queue it behind the other tasks once, so a crowd attaching together gets
+        // every head first (docs/performance.md, catch-up).
+        tokio::task::yield_now().await;
+    }
     let mut cursor = match start {
         Start::After(c) => c,
         Start::Fresh => {
