@@ -87,3 +87,46 @@ fn every_end_reason_has_a_row_in_the_protocol_docs() {
         assert!(doc.contains(&row), "docs/protocol.md has no row for {row}");
     }
 }
+
+/// The newest event's frame as every reader of it gets it, read one frame at a time.
+fn newest(j: &MemoryJournal) -> Bytes {
+    let r = j.read_after(j.head() - 1, 64).unwrap();
+    assert_eq!((r.frames.len(), r.last), (1, j.head()));
+    r.frames[0].clone()
+}
+
+#[test]
+fn readers_of_the_newest_event_share_one_frame_counted_in_the_held_bytes() {
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
+    j.append(&[ev(r#"{"type":"A","delta":"one"}"#)]);
+    let before = j.held_bytes();
+    let (a, b) = (newest(&j), newest(&j));
+    assert_eq!(a, b);
+    assert_eq!(
+        a.as_ptr(),
+        b.as_ptr(),
+        "the second reader got the first's frame"
+    );
+    assert_eq!(j.held_bytes(), before + a.len());
+    // The same bytes a reader of the whole window gets for that event.
+    assert_eq!(j.read_after(0, 64).unwrap().frames, vec![a.clone()]);
+    // A newer event: its own frame, not the kept one.
+    j.append(&[ev(r#"{"type":"B","delta":"two"}"#)]);
+    let c = newest(&j);
+    assert_ne!(c, a);
+    assert_eq!(j.read_after(1, 64).unwrap().frames, vec![c.clone()]);
+    assert_eq!(c.as_ptr(), newest(&j).as_ptr());
+}
+
+#[test]
+fn a_big_newest_event_is_encoded_for_each_reader_not_kept() {
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
+    let big: &'static str =
+        Box::leak(format!(r#"{{"type":"A","delta":"{}"}}"#, "x".repeat(8192)).into_boxed_str());
+    j.append(&[ev(big)]);
+    let before = j.held_bytes();
+    let (a, b) = (newest(&j), newest(&j));
+    assert_eq!(a, b);
+    assert_ne!(a.as_ptr(), b.as_ptr());
+    assert_eq!(j.held_bytes(), before);
+}
