@@ -31,6 +31,9 @@ struct State {
     raw: Option<RawLog>,
     /// The newest event's frame as a reader encoded it, for the others that read just it.
     newest: Option<Newest>,
+    /// The seq of the last event a reader read alone: a second reader of it keeps its frame,
+    /// so a run with one reader keeps none.
+    read_once: u64,
     /// Where [`Self::held`] is counted (the registry's recorded bytes), if anywhere.
     counted: Counted,
 }
@@ -56,13 +59,17 @@ impl State {
     }
 
     /// Pushes the frame of the newest event (seq `head`) to `out`: the kept one, or encoded
-    /// now and kept when small. Returns its arrival.
+    /// now, and kept when small and read a second time. Returns its arrival.
     fn read_newest(&mut self, encoder: &EventEncoder, out: &mut Vec<Bytes>) -> Option<Instant> {
         if let Some(n) = self.newest.as_ref().filter(|n| n.seq == self.head) {
             out.push(n.frame.clone());
             return Some(n.arrival);
         }
         let arrival = self.window.read(self.head, 1, encoder, out)?;
+        if self.read_once != self.head {
+            self.read_once = self.head;
+            return Some(arrival);
+        }
         if let Some(frame) = out.last().filter(|f| f.len() <= NEWEST_MAX) {
             self.newest = Some(Newest {
                 seq: self.head,
@@ -106,6 +113,7 @@ impl MemoryJournal {
                 end: None,
                 raw: raw_cap.map(RawLog::new),
                 newest: None,
+                read_once: 0,
                 counted: Counted::default(),
             }),
             wake: watch::channel(0).0,
