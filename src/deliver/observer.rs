@@ -95,6 +95,108 @@ async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     (snap.seq, snap.frame)
 }
 
+/// Whether a reader starting at `start` has a backlog to write before it is live: a snapshot,
+/// or a cursor behind the run's head.
+fn catching_up(run: &Run, start: Start) -> bool {
+    match start {
+        Start::After(c) => run.head() > c,
+        Start::Snapshot => true,
+        Start::Fresh => false,
+    }
+}
+
+/// The cursor a reader starts from, after writing its first frame (an empty or a current
+/// snapshot) when it starts with one; `None` when the client is gone.
+async fn first_write<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    start: Start,
+    metrics: &Metrics,
+) -> Option<u64> {
+    if catching_up(run, start) {
+        // The response head is out; the first write of a backlog fills the socket, hundreds of
+        // kilobytes. Queue it behind the other tasks once, so a crowd attaching together gets
+        // every head first (docs/performance.md, catch-up).
+        tokio::task::yield_now().await;
+    }
+    let (seq, frame) = match start {
+        Start::After(c) => return Some(c),
+        Start::Fresh => (0, Protocol1.snapshot(run.id(), 0, &Capture::default())),
+        Start::Snapshot => snapshot(run, metrics).await,
+    };
+    sink.send(frame).await.ok().map(|()| seq)
+}
+
+/// What one pass of the write loop did.
+enum Pass {
+    /// Wrote what the window held after the cursor, which is now here; `caught_up`: nothing
+    /// more to read until the run changes.
+    Wrote { cursor: u64, caught_up: bool },
+    /// The reader is done.
+    Exit(Exit),
+}
+
+/// Reads what follows `cursor` (up to [`MAX_FRAMES_PER_WRITE`] frames, and the end) and writes
+/// it in one write; a reader that fell out of the window is reset from a fresh snapshot.
+async fn pass<S: Sink>(sink: &mut S, run: &Arc<Run>, cursor: u64, metrics: &Metrics) -> Pass {
+    let read = match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
+        Ok(read) => read,
+        Err(_) => {
+            // Fell out of the window (a slow reader): reset from a fresh snapshot.
+            metrics
+                .snapshot_resets
+                .inc(DialectKind::Protocol1, ResetReason::Lagged);
+            debug!(
+                "observer of run {} lagged at {cursor}; reset by snapshot",
+                run.id()
+            );
+            let (seq, frame) = snapshot(run, metrics).await;
+            if sink.send(frame).await.is_err() {
+                return Pass::Exit(Exit::Gone);
+            }
+            return Pass::Wrote {
+                cursor: seq,
+                caught_up: false,
+            };
+        }
+    };
+    let out = match (&read.frames[..], &read.end) {
+        // One frame: the shared frame itself, no copy.
+        ([one], None) => one.clone(),
+        (frames, end) => {
+            let len = frames.iter().map(Bytes::len).sum::<usize>();
+            let mut out = BytesMut::with_capacity(len + 160);
+            frames.iter().for_each(|f| out.extend_from_slice(f));
+            if let Some(end) = end {
+                out.extend_from_slice(&Protocol1.end(run.id(), end));
+            }
+            out.freeze()
+        }
+    };
+    if !out.is_empty() {
+        if sink.send(out).await.is_err() {
+            return Pass::Exit(Exit::Gone);
+        }
+        if !read.frames.is_empty() {
+            metrics
+                .observer_lag
+                .observe(read.head.saturating_sub(read.last) as f64);
+            if let Some(at) = read.last_arrival {
+                metrics.delivery_delay.observe(at.elapsed().as_secs_f64());
+            }
+        }
+    }
+    if read.end.is_some() {
+        return Pass::Exit(Exit::Ended);
+    }
+    // Caught up with the head: nothing to read again until the run changes. A change since the
+    // wait's `seen` ends the wait at once.
+    Pass::Wrote {
+        cursor: read.last.max(cursor),
+        caught_up: read.last <= cursor || read.last >= read.head,
+    }
+}
+
 async fn write_loop<S: Sink>(
     sink: &mut S,
     run: &Arc<Run>,
@@ -104,81 +206,22 @@ async fn write_loop<S: Sink>(
     shutdown: &CancellationToken,
 ) -> Exit {
     let rx = run.subscribe();
-    let mut cursor = match start {
-        Start::After(c) => c,
-        Start::Fresh => {
-            let frame = Protocol1.snapshot(run.id(), 0, &Capture::default());
-            if sink.send(frame).await.is_err() {
-                return Exit::Gone;
-            }
-            0
-        }
-        Start::Snapshot => {
-            let (seq, frame) = snapshot(run, metrics).await;
-            if sink.send(frame).await.is_err() {
-                return Exit::Gone;
-            }
-            seq
-        }
+    let Some(mut cursor) = first_write(sink, run, start, metrics).await else {
+        return Exit::Gone;
     };
     let mut idle = Idle::new(rx, opts.heartbeat, shutdown);
     loop {
         idle.seen();
-        match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
-            Ok(read) => {
-                let out = match (&read.frames[..], &read.end) {
-                    // One frame: the shared frame itself, no copy.
-                    ([one], None) => one.clone(),
-                    (frames, end) => {
-                        let len = frames.iter().map(Bytes::len).sum::<usize>();
-                        let mut out = BytesMut::with_capacity(len + 160);
-                        frames.iter().for_each(|f| out.extend_from_slice(f));
-                        if let Some(end) = end {
-                            out.extend_from_slice(&Protocol1.end(run.id(), end));
-                        }
-                        out.freeze()
-                    }
-                };
-                if !out.is_empty() {
-                    if sink.send(out).await.is_err() {
-                        return Exit::Gone;
-                    }
-                    if !read.frames.is_empty() {
-                        metrics
-                            .observer_lag
-                            .observe(read.head.saturating_sub(read.last) as f64);
-                        if let Some(at) = read.last_arrival {
-                            metrics.delivery_delay.observe(at.elapsed().as_secs_f64());
-                        }
-                    }
+        match pass(sink, run, cursor, metrics).await {
+            Pass::Exit(exit) => return exit,
+            Pass::Wrote {
+                cursor: next,
+                caught_up,
+            } => {
+                cursor = next;
+                if !caught_up {
+                    continue;
                 }
-                if read.end.is_some() {
-                    return Exit::Ended;
-                }
-                if read.last > cursor {
-                    cursor = read.last;
-                    // Caught up with the head: nothing to read again until the run changes.
-                    // A change since `seen` above ends the wait at once.
-                    if read.last < read.head {
-                        continue;
-                    }
-                }
-            }
-            Err(_) => {
-                // Fell out of the window (a slow reader): reset from a fresh snapshot.
-                metrics
-                    .snapshot_resets
-                    .inc(DialectKind::Protocol1, ResetReason::Lagged);
-                debug!(
-                    "observer of run {} lagged at {cursor}; reset by snapshot",
-                    run.id()
-                );
-                let (seq, frame) = snapshot(run, metrics).await;
-                if sink.send(frame).await.is_err() {
-                    return Exit::Gone;
-                }
-                cursor = seq;
-                continue;
             }
         }
         if let Err(outcome) = idle.wait(sink).await {

@@ -38,6 +38,11 @@ pub use crate::metrics::downstream::{DownstreamMetrics, TimeoutKind};
 const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// The pause after a failed `accept` (out of descriptors and the like), instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+/// Connections the accept loop takes in a row before it lets other tasks run. Tokio's cooperative
+/// budget alone would stop it after 128 and queue it behind every running task, so a burst of
+/// clients (a thousand tabs reloading) waited several rounds of the run queue for its accepts
+/// (docs/performance.md, catch-up).
+const ACCEPT_BURST: usize = 1024;
 /// Bytes a refused connection may still send (its request) before it is closed, so that the
 /// close does not reset the answer away; and how long it may take.
 const LINGER_BYTES: usize = 64 << 10;
@@ -150,9 +155,16 @@ pub async fn accept_loop<A>(
     let mut failures = LogLimiter::new(ACCEPT_LOG_EVERY);
     let refusing = Arc::new(AtomicUsize::new(0));
     let open = Arc::new(AtomicUsize::new(0));
+    let mut burst = 0;
     loop {
+        burst += 1;
+        if burst > ACCEPT_BURST {
+            burst = 0;
+            tokio::task::yield_now().await;
+        }
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            // Outside the cooperative budget: a burst is taken whole, up to `ACCEPT_BURST`.
+            a = tokio::task::unconstrained(listener.accept()) => a,
             _ = stop.wait_for(|s| *s) => return,
         };
         let tcp = match accepted {

@@ -3,10 +3,11 @@
 //!
 //! Every event's JSON is kept in the run's [`Window`] (back to back in blocks) and encoded as its
 //! protocol-1 `STREAM_EVENT` frame when an observer reads it, into the buffer that observer
-//! writes. A snapshot is captured under the lock without copying any text and serialized
-//! outside it.
+//! writes. The newest event's frame, once encoded for one reader, is kept for the others that
+//! read just it (many readers of one run read each event as it arrives). A snapshot is captured
+//! under the lock without copying any text and serialized outside it.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -28,15 +29,56 @@ struct State {
     history: Compactor,
     end: Option<End>,
     raw: Option<RawLog>,
+    /// The newest event's frame as a reader encoded it, for the others that read just it.
+    newest: Option<Newest>,
+    /// The seq of the last event a reader read alone: a second reader of it keeps its frame,
+    /// so a run with one reader keeps none.
+    read_once: u64,
     /// Where [`Self::held`] is counted (the registry's recorded bytes), if anywhere.
     counted: Counted,
 }
+
+/// One event's encoded frame, kept for the readers that follow.
+#[derive(Debug)]
+struct Newest {
+    seq: u64,
+    frame: Bytes,
+    arrival: Instant,
+}
+
+/// The largest frame [`State::newest`] keeps: a token event is about a hundred bytes; a big
+/// event is encoded for each reader rather than held twice.
+const NEWEST_MAX: usize = 4096;
 
 impl State {
     fn held(&self) -> usize {
         self.window.allocated()
             + self.history.allocated()
             + self.raw.as_ref().map_or(0, RawLog::held)
+            + self.newest.as_ref().map_or(0, |n| n.frame.len())
+    }
+
+    /// Pushes the frame of the newest event (seq `head`) to `out`: the kept one, or encoded
+    /// now, and kept when small and read a second time. Returns its arrival.
+    fn read_newest(&mut self, encoder: &EventEncoder, out: &mut Vec<Bytes>) -> Option<Instant> {
+        if let Some(n) = self.newest.as_ref().filter(|n| n.seq == self.head) {
+            out.push(n.frame.clone());
+            return Some(n.arrival);
+        }
+        let arrival = self.window.read(self.head, 1, encoder, out)?;
+        if self.read_once != self.head {
+            self.read_once = self.head;
+            return Some(arrival);
+        }
+        if let Some(frame) = out.last().filter(|f| f.len() <= NEWEST_MAX) {
+            self.newest = Some(Newest {
+                seq: self.head,
+                frame: frame.clone(),
+                arrival,
+            });
+            self.recount();
+        }
+        Some(arrival)
     }
 
     /// Re-counts what the log holds in its tally: after every change to it, under the lock.
@@ -70,6 +112,8 @@ impl MemoryJournal {
                 history: Compactor::new(),
                 end: None,
                 raw: raw_cap.map(RawLog::new),
+                newest: None,
+                read_once: 0,
                 counted: Counted::default(),
             }),
             wake: watch::channel(0).0,
@@ -205,7 +249,7 @@ impl Journal for MemoryJournal {
     }
 
     fn read_after(&self, after: u64, max: usize) -> Result<Read, CursorMiss> {
-        let st = self.state.lock();
+        let mut st = self.state.lock();
         if after > st.head {
             return Err(CursorMiss::Ahead);
         }
@@ -217,9 +261,12 @@ impl Journal for MemoryJournal {
             head: st.head,
             ..Read::default()
         };
-        read.last_arrival = st
-            .window
-            .read(after + 1, max, &self.encoder, &mut read.frames);
+        read.last_arrival = if after + 1 == st.head && max > 0 {
+            st.read_newest(&self.encoder, &mut read.frames)
+        } else {
+            st.window
+                .read(after + 1, max, &self.encoder, &mut read.frames)
+        };
         read.last = after + read.frames.len() as u64;
         if let Some(end) = &st.end {
             if read.last >= end.seq {

@@ -87,3 +87,48 @@ fn every_end_reason_has_a_row_in_the_protocol_docs() {
         assert!(doc.contains(&row), "docs/protocol.md has no row for {row}");
     }
 }
+
+/// The newest event's frame as every reader of it gets it, read one frame at a time.
+fn newest(j: &MemoryJournal) -> Bytes {
+    let r = j.read_after(j.head() - 1, 64).unwrap();
+    assert_eq!((r.frames.len(), r.last), (1, j.head()));
+    r.frames[0].clone()
+}
+
+#[test]
+fn readers_of_the_newest_event_share_one_frame_counted_in_the_held_bytes() {
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
+    j.append(&[ev(r#"{"type":"A","delta":"one"}"#)]);
+    let before = j.held_bytes();
+    // One reader: nothing kept.
+    let one = newest(&j);
+    assert_eq!(j.held_bytes(), before);
+    // A second reader keeps its frame for the third.
+    let (a, b) = (newest(&j), newest(&j));
+    assert_eq!((&one, &a), (&b, &b));
+    assert_eq!(
+        a.as_ptr(),
+        b.as_ptr(),
+        "the third reader got the second's frame"
+    );
+    assert_eq!(j.held_bytes(), before + a.len());
+    // A newer event: its own frame, not the kept one.
+    j.append(&[ev(r#"{"type":"B","delta":"two"}"#)]);
+    let c = (newest(&j), newest(&j)).1;
+    assert_eq!(c.as_ptr(), newest(&j).as_ptr());
+    // The same bytes a read of several frames encodes from the window.
+    assert_eq!(j.read_after(0, 64).unwrap().frames, vec![a, c]);
+}
+
+#[test]
+fn a_big_newest_event_is_encoded_for_each_reader_not_kept() {
+    let j = MemoryJournal::new(&RunId::from("r"), 8);
+    let big: &'static str =
+        Box::leak(format!(r#"{{"type":"A","delta":"{}"}}"#, "x".repeat(8192)).into_boxed_str());
+    j.append(&[ev(big)]);
+    let before = j.held_bytes();
+    let (a, b, c) = (newest(&j), newest(&j), newest(&j));
+    assert_eq!((&a, &b), (&c, &c));
+    assert_ne!(b.as_ptr(), c.as_ptr());
+    assert_eq!(j.held_bytes(), before);
+}
