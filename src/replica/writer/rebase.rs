@@ -42,89 +42,32 @@ impl Writer {
         };
         let (cap, raw_end, shown) = self.capture();
         let end = shown.as_ref().map(codec::encode_end).unwrap_or_default();
+        let body = match cap.seq {
+            0 => Bytes::new(),
+            seq => {
+                let mut b = BytesMut::with_capacity(cap.history.len());
+                cap.history.write_to(&mut b);
+                codec::encode_checkpoint(&Checkpoint {
+                    seq,
+                    events: cap.history.events,
+                    raw_end,
+                    named: cap.named,
+                    body: b.freeze(),
+                })
+            }
+        };
         for _ in 0..3 {
-            let pk = RunKeys::new(&self.meta.scope, &prev);
-            let body = match cap.seq {
-                0 => Bytes::new(),
-                seq => {
-                    let mut b = BytesMut::with_capacity(cap.history.len());
-                    cap.history.write_to(&mut b);
-                    codec::encode_checkpoint(&Checkpoint {
-                        seq,
-                        events: cap.history.events,
-                        raw_end,
-                        named: cap.named,
-                        body: b.freeze(),
-                    })
-                }
-            };
-            let mode = if self.live { "rebase" } else { "live" };
-            let superseded = codec::encode_end(&End::superseded(self.run.id()));
-            let c = &self.cluster;
-            let k = &self.keys;
-            let r = self
-                .call(
-                    Inv::new(&scripts::UPSERT, &[&k.chat, &k.m, &k.s, &k.k, &pk.m, &pk.s])
-                        .arg(mode)
-                        .arg(self.run.id().as_str())
-                        .arg(prev.as_str())
-                        .arg(&c.lease)
-                        .arg(&c.cfg.replica_id)
-                        .arg(c.window)
-                        .arg(self.meta.scope.as_str())
-                        .arg(self.ttl_ms())
-                        .arg(cap.seq)
-                        .arg(&body[..])
-                        .arg(superseded)
-                        .arg(&pk.bell)
-                        .arg(&self.meta.header)
-                        .arg("")
-                        .arg(self.meta.requested_ms)
-                        .arg(c.publish_command())
-                        .arg(&end)
-                        .arg(c.retention.as_millis() as u64)
-                        .arg(&k.bell),
-                )
-                .await;
+            let inv = self.upsert(&prev, cap.seq, &body, &end);
+            let r = self.call(inv).await;
             let Ok(v) = r else {
                 lane.lost.store(true, Ordering::Relaxed);
                 return;
             };
             match v.first().map(|b| &b[..]) {
-                Some(answer @ (b"ok" | b"older")) => {
-                    if answer == b"older" {
-                        // This run's request came before the chat's current one's (its
-                        // go-live reached Redis late): it stays readable by its id but does
-                        // not take the chat, and, still producing, it ends superseded as it
-                        // would have there.
-                        let next = RunId::from(
-                            v.get(1)
-                                .map(|b| String::from_utf8_lossy(b).into_owned())
-                                .unwrap_or_default(),
-                        );
-                        info!(
-                            "run {}: the chat went on to the later run {next} meanwhile",
-                            self.run.id()
-                        );
-                        self.run.supersede(&next);
-                    }
-                    if self.live {
-                        info!(
-                            "run {}: re-based in the shared journal at {}",
-                            self.run.id(),
-                            cap.seq
-                        );
-                    }
-                    self.live = true;
-                    self.run.set_journaled();
-                    lane.open(cap.seq, cap.seq, body.len());
-                    self.index_ids().await;
-                    if shown.is_some() {
-                        // Written with the run: the end its readers got is the run's end.
-                        self.ended = true;
-                        self.keep();
-                    }
-                    return;
+                Some(b"ok" | b"older") => {
+                    return self
+                        .went_live(&v, cap.seq, body.len(), shown.is_some())
+                        .await;
                 }
                 Some(b"retry") => match self.chat_run(&mut conn).await {
                     Some(p) => prev = p,
@@ -141,6 +84,70 @@ impl Writer {
                 }
             }
         }
+    }
+
+    /// Redis has the run (again) at `seq`, with a checkpoint of `ckpt_len` bytes; `ended`
+    /// when the end this replica's readers got went with it.
+    async fn went_live(&mut self, v: &[Bytes], seq: u64, ckpt_len: usize, ended: bool) {
+        if v.first().map(|b| &b[..]) == Some(b"older") {
+            // This run's request came before the chat's current one's (its go-live reached
+            // Redis late): it stays readable by its id but does not take the chat, and, still
+            // producing, it ends superseded as it would have there.
+            let next = RunId::from(
+                v.get(1)
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default(),
+            );
+            info!(
+                "run {}: the chat went on to the later run {next} meanwhile",
+                self.run.id()
+            );
+            self.run.supersede(&next);
+        }
+        if self.live {
+            info!(
+                "run {}: re-based in the shared journal at {seq}",
+                self.run.id()
+            );
+        }
+        self.live = true;
+        self.run.set_journaled();
+        self.core.lane.open(seq, seq, ckpt_len);
+        self.index_ids().await;
+        if ended {
+            // Written with the run: the end its readers got is the run's end.
+            self.ended = true;
+            self.keep();
+        }
+    }
+
+    /// The go-live (or re-base) call: the run at `seq` with checkpoint `body` (none when
+    /// empty) and `end` (none when empty), superseding `prev`.
+    fn upsert(&self, prev: &RunId, seq: u64, body: &[u8], end: &str) -> Inv {
+        let mode = if self.live { "rebase" } else { "live" };
+        let superseded = codec::encode_end(&End::superseded(self.run.id()));
+        let (c, k) = (&self.cluster, &self.keys);
+        let pk = RunKeys::new(&self.meta.scope, prev);
+        Inv::new(&scripts::UPSERT, &[&k.chat, &k.m, &k.s, &k.k, &pk.m, &pk.s])
+            .arg(mode)
+            .arg(self.run.id().as_str())
+            .arg(prev.as_str())
+            .arg(&c.lease)
+            .arg(&c.cfg.replica_id)
+            .arg(c.window)
+            .arg(self.meta.scope.as_str())
+            .arg(self.ttl_ms())
+            .arg(seq)
+            .arg(body)
+            .arg(superseded)
+            .arg(&pk.bell)
+            .arg(&self.meta.header)
+            .arg("")
+            .arg(self.meta.requested_ms)
+            .arg(c.publish_command())
+            .arg(end)
+            .arg(c.retention.as_millis() as u64)
+            .arg(&k.bell)
     }
 
     /// The chat's current run in Redis (the previous run a go-live supersedes); `None` when
