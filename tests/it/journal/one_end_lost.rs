@@ -1,8 +1,9 @@
 //! One end for every reader when the producer's readers got their end before another replica
 //! could read it from Redis (found by the long chaos profile, seeds 3901 and 3902): a run that
-//! ended before it was first written (its replica slow or cut off from Redis) goes into Redis
-//! already ended, so no reaper can end it `owner_lost` between its go-live and its end; and an
-//! end Redis lost (restarted empty) before a follower read it is written again by the producer.
+//! ended before it was first written (its replica cut off from Redis, or Redis paused) goes
+//! into Redis already ended, so no reaper can end it `owner_lost` between its go-live and its
+//! end; and an end Redis lost (restarted empty) before a follower read it is written again by
+//! the producer.
 
 use std::time::Duration;
 
@@ -23,8 +24,35 @@ fn state(redis: &RedisServer, run: &str) -> Option<String> {
     redis.query(&["HGET", &m, "state"])
 }
 
+/// How A is kept from Redis while its run starts and ends.
+#[derive(Clone, Copy)]
+enum Cut {
+    /// A's link holds what A sends (a partition of A's Redis connection).
+    Stalled,
+    /// Redis is stopped (SIGSTOP), every replica's calls queued in its socket.
+    Paused,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_that_ended_before_it_reached_redis_goes_there_ended() {
+async fn a_run_that_ended_while_its_replica_was_cut_off_goes_into_redis_ended() {
+    ended_before_go_live(Cut::Stalled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_ended_while_redis_was_paused_goes_into_redis_ended() {
+    ended_before_go_live(Cut::Paused).await;
+}
+
+fn signal(redis: &RedisServer, sig: libc::c_int) {
+    let pid = libc::pid_t::try_from(redis.pid().expect("redis runs")).unwrap();
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// A run starts and ends while A cannot reach Redis: its go-live cannot be sent, so A's reader
+/// gets the end A decided (no other replica knows the run). When A reaches Redis again, the
+/// run must go there already ended: had it gone live first, a reaper (A's lease lapsed while
+/// it was cut off) could end it `owner_lost` before A's end, and B's readers would get that.
+async fn ended_before_go_live(cut: Cut) {
     let redis = RedisServer::start();
     let link = FaultProxy::start(([127, 0, 0, 1], redis.port).into()).await;
     let be = turn_backend(turn(6), None).await;
@@ -34,17 +62,21 @@ async fn a_run_that_ended_before_it_reached_redis_goes_there_ended() {
     let (_, mut warm) = start_run(&a, "warm", 0).await;
     within("the warm-up turn", warm.frames_to_end()).await;
 
-    // A cannot be heard: its run's go-live waits while the backend answers the whole turn, so
-    // A's reader gets the end at once (no other replica knows the run).
-    link.set(Fault::Stall);
+    match cut {
+        Cut::Stalled => link.set(Fault::Stall),
+        Cut::Paused => signal(&redis, libc::SIGSTOP),
+    }
     let mut origin = post(a.addr, "/chat", &chat("c")).await;
     let frames = within("A's stream", origin.frames_to_end()).await;
     let run = frames[0].json["run_id"].as_str().unwrap().to_string();
     assert_eq!(end_of(&frames), persisted(), "A's reader");
 
-    // A comes back slowly: its calls go one round trip after another. A reaper that finds the
-    // run live (A's lease lapsed during the stall) ends it `owner_lost` at once.
+    // A comes back slowly: its calls go one round trip after another. The test is the reaper
+    // that finds the run live in Redis and ends it `owner_lost` at once.
     link.set(Fault::Latency(Duration::from_millis(300)));
+    if let Cut::Paused = cut {
+        signal(&redis, libc::SIGCONT);
+    }
     let mut reaped = false;
     let seen = within("the run is in Redis", async {
         loop {
