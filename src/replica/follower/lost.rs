@@ -21,8 +21,8 @@ impl Follower {
     ///   [`super::super::writer`]). Its `owner_lost` is written first-wins
     ///   ([`scripts::LOST`]): the end the run then has in Redis is shown, this one or the one
     ///   a producer wrote again first;
-    /// - the run is ended in Redis but its stream holds no end after the mirror's head (the
-    ///   journal lost the run and a follower wrote its end at seq 0): that end;
+    /// - the run is ended in Redis by a follower that gave up on it (its `owner_lost` at seq
+    ///   0, which a mirror past seq 0 cannot read from the stream): that end;
     /// - the producer's lease lapsed and Redis refuses the end (`-OOM`): `owner_lost`, as its
     ///   producer's replica ends it for its own readers.
     pub(super) async fn reap_if_lost(&mut self, run_id: &RunId) -> Option<End> {
@@ -44,7 +44,10 @@ impl Follower {
         )
         .await;
         let (state, producer, lease) = match r {
-            Ok((Some(state), _, _, Some(end))) if state == "ended" => {
+            // Written by a follower that gave up on the run (no producer, its end at seq 0):
+            // a mirror past seq 0 cannot read that end from the stream. Any other end is read
+            // from the stream, or from a re-seed, with every event before it.
+            Ok((Some(state), None, _, Some(end))) if state == "ended" => {
                 self.missing = 0;
                 return codec::decode_end(end.as_bytes(), 0);
             }
