@@ -132,6 +132,9 @@ impl Chats {
         let mut scopes: HashSet<Scope> = here.iter().map(|h| h.scope.clone()).collect();
         let mut runs: HashSet<RunId> = here.iter().map(|h| h.run.id().clone()).collect();
         let mut keys = 0;
+        // This replica's copies go before the keys do, so its writers do not write an ended
+        // run back as lost; again after, for copies synced back in between.
+        let early = self.journal.as_ref().map(|j| j.forget_owner(&owner));
         if let Some((j, indexed)) = journal {
             match Box::pin(j.erase_owner(&owner, indexed)).await {
                 Ok(e) => {
@@ -150,10 +153,15 @@ impl Chats {
                 ),
             }
         }
-        let local = match &self.journal {
+        let mut local = match &self.journal {
             Some(j) => j.forget_owner(&owner),
             None => self.registry.erase_owner(&owner),
         };
+        if let Some(e) = early {
+            local.chats += e.chats;
+            local.runs += e.runs;
+            local.bytes += e.bytes;
+        }
         Erased {
             chats: scopes.len().max(local.chats),
             runs: runs.len().max(local.runs),

@@ -13,7 +13,7 @@ use redis::AsyncCommands;
 use tokio::time::Instant;
 
 use super::index::{owner_key, JournalRun, RUNS};
-use super::{chat_key, timed, Replica, RunKeys};
+use super::{chat_key, timed, Conn, Replica, RunKeys};
 use crate::state::auth::Owner;
 use crate::state::registry::Erased;
 use crate::vocab::end::EndReason;
@@ -98,17 +98,26 @@ impl Replica {
         if !members.is_empty() {
             p.cmd("ZREM").arg(RUNS).arg(&members).ignore();
         }
+        // Told before the keys go, so the replicas producing the runs drop them first and do
+        // not write them back as lost (a producer keeps an ended run's end in Redis for a
+        // lease); told again after, for copies synced back in between.
+        self.announce_erase(owner, &mut conn).await;
         let deleted: Vec<usize> = timed(p.query_async(&mut conn)).await?;
         let still_live = runs.iter().filter(|r| r.live).count();
-        if let Some(hex) = owner.hex() {
-            let msg = format!("{}\n{hex}", self.cfg.replica_id);
-            let _ = timed(conn.publish(ERASE_CHANNEL, &msg)).await;
-        }
+        self.announce_erase(owner, &mut conn).await;
         Ok(JournalErased {
             runs,
             keys: deleted.iter().sum(),
             still_live,
         })
+    }
+
+    /// Tells every other replica that `owner` is erased (they drop their copies).
+    async fn announce_erase(&self, owner: &Owner, conn: &mut Conn) {
+        if let Some(hex) = owner.hex() {
+            let msg = format!("{}\n{hex}", self.cfg.replica_id);
+            let _ = timed(conn.publish(ERASE_CHANNEL, &msg)).await;
+        }
     }
 
     /// Drops every copy and mirror of `owner`'s runs held here.

@@ -11,9 +11,11 @@
 //! ([`super::bell`]) without waking this task or reading the stream; anything else (an end, a
 //! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
-//! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a mirror
-//! whose run the journal no longer has (Redis restarted empty, and no producer wrote it again),
-//! or whose producer's lease lapsed while Redis refuses writes (`-OOM`), ends `owner_lost` here.
+//! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a run the
+//! journal no longer has (Redis restarted empty, and no producer wrote it again) is ended
+//! `owner_lost` in Redis, first-wins, by the first follower that gives up on it; a mirror whose
+//! producer's lease lapsed while Redis refuses writes (`-OOM`) ends `owner_lost` here
+//! ([`lost`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -26,14 +28,16 @@ use tokio::time::Instant;
 use super::bell::{apply_data, apply_entry, Bell};
 use super::codec::{self, Checkpoint};
 use super::marks::is_journaled;
-use super::{owner_alive, scripts, timed, Replica, RunKeys};
+use super::{scripts, timed, Replica, RunKeys};
 use crate::journal::memory::MemoryJournal;
 use crate::journal::Journal;
 use crate::record::compact::Compactor;
 use crate::state::auth::Owner;
 use crate::state::run::Run;
-use crate::vocab::end::{End, EndReason};
+use crate::vocab::end::End;
 use crate::vocab::{RunId, Scope};
+
+mod lost;
 
 /// Stream entries read per call.
 const COUNT: usize = 1024;
@@ -419,13 +423,8 @@ impl Follower {
             if self.journal.head() > head {
                 progress = Instant::now();
             } else if progress.elapsed() >= self.c.cfg.lease {
-                if self.reap_if_lost(run.id()).await {
-                    info!(
-                        "run {}: gone from the shared journal; ended as owner_lost",
-                        run.id()
-                    );
-                    self.journal
-                        .end(End::finished(false, Some(EndReason::OwnerLost)));
+                if let Some(end) = self.reap_if_lost(run.id()).await {
+                    self.journal.end(end);
                     run.done();
                     done = true;
                 }
@@ -434,55 +433,5 @@ impl Follower {
         }
         self.c.unsubscribe(&self.keys.bell).await;
         self.c.jm.followers.dec();
-    }
-
-    /// Ends the run `owner_lost` when its producer's lease lapsed (a CAS on that lease). True
-    /// when the journal has not had the run on three checks in a row (half a lease apart, so a
-    /// lease from the first to the last): Redis lost it (restarted empty) and no producer wrote
-    /// it again, so nothing more will come (a live run's producer re-writes it within a third of
-    /// a lease of Redis answering, and its connection's reconnect); or when
-    /// the producer's lease lapsed and Redis refuses the end (`-OOM`): the mirror ends
-    /// `owner_lost` here, as its producer's replica ends it for its own readers.
-    async fn reap_if_lost(&mut self, run_id: &RunId) -> bool {
-        let mut conn = self.c.conn();
-        let r: redis::RedisResult<(Option<String>, Option<String>, Option<String>)> = timed(
-            redis::cmd("HMGET")
-                .arg(&self.keys.m)
-                .arg("state")
-                .arg("producer")
-                .arg("lease")
-                .query_async(&mut conn),
-        )
-        .await;
-        let (state, producer, lease) = match r {
-            Ok((Some(state), Some(producer), Some(lease))) => (state, producer, lease),
-            Ok((None, None, None)) => {
-                self.missing += 1;
-                return self.missing >= 3;
-            }
-            _ => return false,
-        };
-        self.missing = 0;
-        if state != "live"
-            || owner_alive(&mut conn, &producer, &lease)
-                .await
-                .unwrap_or(true)
-        {
-            return false;
-        }
-        match self
-            .c
-            .end_lost(&mut conn, &self.keys, run_id, &producer, &lease)
-            .await
-        {
-            // Redis answers but refuses writes (`-OOM`): a Redis that is down for writing. The
-            // producer's liveness lapsed, so its replica ends the run `owner_lost` for its own
-            // readers too (and writes that end once Redis takes writes again).
-            Err(e) if super::refuses_writes(&e) => {
-                info!("run {run_id}: its producer's lease lapsed and Redis refuses writes ({e})");
-                true
-            }
-            _ => false,
-        }
     }
 }

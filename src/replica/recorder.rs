@@ -7,8 +7,11 @@
 //! One end for every reader: once the run is in Redis, the producer's end is held, not shown to
 //! this replica's readers, until Redis decides which end the run has (the first end written
 //! wins there: the producer's own, or the reaper's `owner_lost` when it got there first); the
-//! writer then delivers that one here ([`Core::deliver`]). A run not yet in Redis shows its end
-//! at once: no other replica knows it, so its own end is the one Redis will take.
+//! writer then delivers that one here ([`Core::deliver`]). A run not yet in Redis holds its end
+//! too while its writer's go-live is under way (the go-live and the end are then written one
+//! after the other, and another end may come between them); it shows its end at once when the
+//! go-live could not be sent (Redis cannot be reached): no other replica knows the run, and
+//! its writer writes it into Redis ended with that end, in one step.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -45,6 +48,9 @@ pub(super) struct Core {
     pub(super) lane: Arc<Lane>,
     /// The run went live in Redis (set by the writer): its end waits for Redis's verdict.
     pub(super) journaled: AtomicBool,
+    /// The writer's go-live could not be sent (Redis cannot be reached): until the run is
+    /// journaled, its end is shown at once.
+    pub(super) unheard: AtomicBool,
     /// The producer's end while it waits for Redis's verdict (readers here do not see it yet).
     held: Mutex<Option<End>>,
 }
@@ -56,6 +62,19 @@ impl Core {
         let _order = self.order.lock();
         self.held.lock().take();
         self.inner.end(end).0
+    }
+
+    /// The writer's go-live could not be sent: an end held for it is shown now, and any end
+    /// until the run is journaled is shown at once.
+    pub(super) fn unheard(&self) {
+        let _order = self.order.lock();
+        self.unheard.store(true, Ordering::Relaxed);
+        if self.journaled.load(Ordering::Acquire) {
+            return;
+        }
+        if let Some(end) = self.held.lock().take() {
+            self.inner.end(end);
+        }
     }
 }
 
@@ -79,6 +98,7 @@ impl Recorder {
             tx,
             lane: Arc::new(Lane::default()),
             journaled: AtomicBool::new(false),
+            unheard: AtomicBool::new(false),
             held: Mutex::new(None),
         });
         (Recorder(core.clone()), WriterInbox { rx, core })
@@ -138,8 +158,9 @@ impl Journal for Recorder {
     fn end(&self, mut end: End) -> (End, bool) {
         let c = &self.0;
         let _order = c.order.lock();
-        if !c.journaled.load(Ordering::Acquire) {
-            // Not in Redis yet: no other replica knows the run, its own end is the one.
+        if !c.journaled.load(Ordering::Acquire) && c.unheard.load(Ordering::Relaxed) {
+            // Not in Redis, which cannot be reached: no other replica knows the run, its own
+            // end is the one (written with the run once Redis is back).
             let (end, set) = c.inner.end(end);
             if set {
                 let _ = self.send(Msg::End(end.clone()));

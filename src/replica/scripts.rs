@@ -29,10 +29,15 @@ use redis::Script;
 /// superseded when still live; at a re-base, a chat taken by a run with no start stamp ends
 /// the run `superseded`.
 ///
+/// A run whose end its replica's readers already got (it ended before it was first written)
+/// is written ended in the same step, that end at `seq`: no other end can come between its
+/// go-live and its end (one end for every reader).
+///
 /// KEYS: chat, m, s, k, prev m, prev s. ARGV: mode (`live`|`rebase`), run, expected previous
 /// run (`""`: none), lease, producer, win, scope, ttl ms, seq, checkpoint (`""`: none),
 /// superseded end JSON for the previous run, previous run's doorbell, header, extra, when the
-/// run's request arrived (ms since the Unix epoch), publish command.
+/// run's request arrived (ms since the Unix epoch), publish command, the run's end JSON (`""`:
+/// none), retention ms, the run's doorbell.
 pub static UPSERT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -74,12 +79,18 @@ if ckpt ~= '' then
 elseif not redis.call('HGET', m, 'ckpt') then
   redis.call('HSET', m, 'ckpt', 0)
 end
-if older then
-  for _, key in ipairs({m, s}) do redis.call('PEXPIRE', key, ttl) end
-  return {'older', cur}
+if not older then redis.call('HSET', chat, 'run', run, 't', born) end
+for _, key in ipairs({m, s}) do redis.call('PEXPIRE', key, ttl) end
+if not older then redis.call('PEXPIRE', chat, ttl) end
+if ARGV[17] ~= '' then
+  redis.call('XADD', s, seq .. '-1', 'end', ARGV[17])
+  redis.call('HSET', m, 'state', 'ended', 'end', ARGV[17], 'end_seq', seq, 'producing', '0')
+  local ret = tonumber(ARGV[18])
+  for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ret) end
+  if not older then redis.call('PEXPIRE', chat, ret) end
+  if redis.call('HGET', m, 'watch') then redis.call(ARGV[16], ARGV[19], 'end') end
 end
-redis.call('HSET', chat, 'run', run, 't', born)
-for _, key in ipairs({chat, m, s}) do redis.call('PEXPIRE', key, ttl) end
+if older then return {'older', cur} end
 return {'ok'}
 "#,
     )
@@ -157,6 +168,30 @@ for _, key in ipairs({m, s, k}) do redis.call('PEXPIRE', key, ret) end
 if redis.call('HGET', chat, 'run') == ARGV[5] then redis.call('PEXPIRE', chat, ret) end
 if st[6] then redis.call(ARGV[7], ARGV[4], 'end') end
 return {'ok', ARGV[2], head}
+"#,
+    )
+});
+
+/// A follower's end for a run the journal lost (Redis restarted empty, and no producer wrote
+/// the run again): `owner_lost`, written first-wins as the run's end (at seq 0: the events are
+/// lost), so a producer that comes back finds it and shows it too, and a reader that comes
+/// later gets it. Returns `ok` once written, or the end already there (`ended`, end JSON,
+/// seq), or `live` when the run is back (its producer re-based it).
+///
+/// KEYS: m, s. ARGV: run, end JSON, retention ms.
+pub static LOST: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local m, s = KEYS[1], KEYS[2]
+local st = redis.call('HMGET', m, 'state', 'end', 'end_seq')
+if st[1] == 'ended' then return {'ended', st[2], st[3]} end
+if st[1] then return {'live'} end
+redis.call('DEL', s)
+redis.call('XADD', s, '0-1', 'end', ARGV[2])
+redis.call('HSET', m, 'state', 'ended', 'run', ARGV[1], 'head', 0, 'ckpt', 0, 'win', 1,
+  'producing', '0', 'end', ARGV[2], 'end_seq', 0)
+for _, key in ipairs({m, s}) do redis.call('PEXPIRE', key, tonumber(ARGV[3])) end
+return {'ok', ARGV[2], '0'}
 "#,
     )
 });

@@ -16,6 +16,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 
 mod end;
+mod keep;
 mod rebase;
 use tokio::time::Instant;
 
@@ -64,6 +65,8 @@ struct Writer {
     end_unknown: bool,
     /// Reading the end another actor wrote failed: read it again on the next tick.
     refetch: bool,
+    /// Since when the run's end is settled, while the writer keeps it in Redis ([`keep`]).
+    kept: Option<Instant>,
     ids: Vec<String>,
 }
 
@@ -93,6 +96,7 @@ pub fn spawn(cluster: Arc<Replica>, run: Arc<Run>, inbox: WriterInbox, meta: Met
         pending_end: None,
         end_unknown: false,
         refetch: false,
+        kept: None,
         ids: vec![id_key],
     };
     tokio::spawn(w.run(inbox.rx));
@@ -128,6 +132,9 @@ impl Writer {
             if ticked && msgs.is_empty() && !self.ended {
                 self.lease_tick().await;
             }
+            if ticked && self.ended {
+                self.check_kept().await;
+            }
             if !self.ended && self.core.journaled.load(Ordering::Relaxed) && self.cluster.lapsed() {
                 self.lapsed().await;
             }
@@ -140,7 +147,7 @@ impl Writer {
             if self.live && !self.ended {
                 self.maybe_checkpoint().await;
             }
-            if self.producer_done && self.ended {
+            if self.producer_done && self.ended && self.kept() {
                 break;
             }
         }

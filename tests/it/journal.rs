@@ -10,6 +10,7 @@ mod doorbells;
 mod lost;
 mod mirrors;
 mod one_end;
+mod one_end_lost;
 mod owners;
 mod rebase;
 mod retries;

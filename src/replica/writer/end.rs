@@ -94,6 +94,7 @@ impl Writer {
             Some(b"ok") => {
                 self.ended = true;
                 self.core.deliver(end);
+                self.keep();
                 return;
             }
             // Another end got there first (the reaper's `owner_lost`): that one is shown here.

@@ -292,4 +292,10 @@ async fn erasing_an_owner_mid_turn_clears_redis_and_both_replicas_and_no_one_els
     let (_, all) = get(&a, "/admin/runs").await;
     let listed: HashSet<String> = ids(&all).into_iter().collect();
     assert_eq!(listed, HashSet::from([bobs, bobs_held]));
+    // A producer keeps an ended run's end in Redis for a lease, writing it again if Redis lost
+    // it (a restart); an erased run is not lost but gone, and nothing of hers comes back. An
+    // absence has no signal to await: look again after two leases (the keeping's whole span).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let back: Vec<String> = all_keys(&redis).into_iter().filter(hers).collect();
+    assert!(back.is_empty(), "written again after the erasure: {back:?}");
 }

@@ -13,7 +13,7 @@ use crate::journal::{known, start_run};
 use crate::support::*;
 
 /// `(type, persisted, reason)` of a stream's last frame.
-fn end_of(frames: &[Frame]) -> (String, Value, Value) {
+pub(super) fn end_of(frames: &[Frame]) -> (String, Value, Value) {
     let end = frames.last().expect("a frame");
     (
         end.ty().to_string(),
@@ -22,19 +22,19 @@ fn end_of(frames: &[Frame]) -> (String, Value, Value) {
     )
 }
 
-fn owner_lost() -> (String, Value, Value) {
+pub(super) fn owner_lost() -> (String, Value, Value) {
     ("STREAM_END".into(), json!(false), json!("owner_lost"))
 }
 
 /// The run's meta key in `redis`.
-fn meta_key(redis: &RedisServer, run: &str) -> String {
+pub(super) fn meta_key(redis: &RedisServer, run: &str) -> String {
     let keys: Vec<String> = redis.query(&["KEYS", &format!("tj:*:r:{run}:m")]);
     keys.into_iter().next().expect("the run is in Redis")
 }
 
 /// Ends `run` `owner_lost` in Redis as a reaper does: the journal's own end script, with the
 /// producer's lease (the first end written wins).
-fn reap(redis: &RedisServer, run: &str) {
+pub(super) fn reap(redis: &RedisServer, run: &str) {
     let m = meta_key(redis, run);
     let prefix = m.strip_suffix(&format!("r:{run}:m")).unwrap();
     let lease: String = redis.query(&["HGET", &m, "lease"]);
@@ -159,7 +159,7 @@ async fn a_redis_that_refuses_writes_ends_every_reader_owner_lost_in_bounded_tim
 }
 
 /// A journal URL through a fault proxy in front of the test's redis-server.
-struct Via(std::net::SocketAddr);
+pub(super) struct Via(pub(super) std::net::SocketAddr);
 
 impl JournalRedis for Via {
     fn journal_toml(&self) -> String {
