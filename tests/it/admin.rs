@@ -24,16 +24,21 @@ fn token_file() -> String {
     path.display().to_string()
 }
 
-/// tether with the admin API on and callers told apart by `X-User`, in front of a backend
-/// whose turns on chats named `held*` hold after 2 events until `gate` opens.
-async fn admin_sidecar(gate: &Gate) -> (Backend, Sidecar) {
+/// A backend whose turns on chats named `held*` hold after 2 events until `gate` opens.
+async fn held_backend(gate: &Gate) -> Backend {
     let g = gate.clone();
-    let be = backend(move |r: &Req| {
+    backend(move |r: &Req| {
         let body = String::from_utf8_lossy(&r.body).to_string();
         let pause = body.contains("\"held").then_some((2, &g));
         scripted_turn(&turn(6), pause)
     })
-    .await;
+    .await
+}
+
+/// tether with the admin API on and callers told apart by `X-User`, in front of a
+/// [`held_backend`].
+async fn admin_sidecar(gate: &Gate) -> (Backend, Sidecar) {
+    let be = held_backend(gate).await;
     let extra = format!(
         "[server]\nadmin_token = \"{}\"\n[auth]\nsubject = \"header:X-User\"\n",
         token_file()
@@ -53,6 +58,7 @@ async fn admin(t: &Sidecar, method: &str, path: &str, auth: Option<&str>) -> (u1
 }
 
 /// Runs a whole turn of `chat_id` for `who`; returns its run id.
+/// Runs a whole turn of `chat_id` for `who` on `t`; returns its run id.
 async fn completed(t: &Sidecar, chat_id: &str, who: &[(&str, &str)]) -> String {
     let (run, mut r) = started(t, chat_id, who).await;
     let end = r.frames_to_end().await.pop().unwrap();

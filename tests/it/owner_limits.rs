@@ -44,6 +44,21 @@ async fn refusal(mut r: Resp) -> (u16, String, u64) {
     )
 }
 
+/// Bob's turn `chat_id` on `tether` is answered whole, and the backend has had `forwarded`
+/// requests in all (a refused turn is never forwarded).
+async fn bobs_turn_goes_through(tether: &Sidecar, chat_id: &str, be: &Backend, forwarded: usize) {
+    let mut bobs = record(tether, BOB, chat_id, &[]).await;
+    assert_eq!(
+        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
+        json!(true)
+    );
+    assert_eq!(
+        be.requests.lock().len(),
+        forwarded,
+        "the refused turns were not forwarded"
+    );
+}
+
 /// A backend holding each chat's turn mid-answer until its gate (by chat id) opens.
 async fn gated_backend(gates: &[(&'static str, Gate)]) -> Backend {
     let gates = gates.to_vec();
@@ -165,12 +180,7 @@ async fn over_the_rate_limit_a_turn_gets_429_rate_limited_with_retry_after() {
         "the refused turn was not forwarded"
     );
     // Bob has a bucket of his own.
-    let mut bobs = record(&tether, BOB, "b1", &[]).await;
-    assert_eq!(
-        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
-        json!(true)
-    );
-    assert_eq!(be.requests.lock().len(), 3);
+    bobs_turn_goes_through(&tether, "b1", &be, 3).await;
     assert_eq!(
         tether
             .metric("tether_owner_limited_total{limit=\"rate\"}")
@@ -217,16 +227,7 @@ async fn with_a_shared_journal_the_rate_limit_holds_across_replicas() {
         );
     }
     // Bob's bucket is his own.
-    let mut bobs = record(&b, BOB, "c1", &[]).await;
-    assert_eq!(
-        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
-        json!(true)
-    );
-    assert_eq!(
-        be.requests.lock().len(),
-        3,
-        "the refused turns were not forwarded"
-    );
+    bobs_turn_goes_through(&b, "c1", &be, 3).await;
     // One bucket per owner, under the owner's hash (never the subject), expiring within a minute.
     let keys: Vec<String> = redis.query(&["KEYS", "tj:{own:*}:bucket"]);
     assert_eq!(keys.len(), 2, "{keys:?}");
@@ -296,16 +297,7 @@ async fn with_a_shared_journal_the_active_runs_limit_holds_across_replicas() {
         );
     }
     // Bob, under his limit, is not affected.
-    let mut bobs = record(&b, BOB, "c1", &[]).await;
-    assert_eq!(
-        bobs.frames_to_end().await.pop().unwrap().json["persisted"],
-        json!(true)
-    );
-    assert_eq!(
-        be.requests.lock().len(),
-        3,
-        "the refused turns were not forwarded"
-    );
+    bobs_turn_goes_through(&b, "c1", &be, 3).await;
     // Her run on A ends: her next one, on B, is admitted at once.
     a1.open();
     assert_eq!(

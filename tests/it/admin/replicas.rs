@@ -7,20 +7,13 @@ use std::collections::HashSet;
 
 use serde_json::{json, Value};
 
-use super::{admin, ids, sorted, token_file, ALICE, BEARER, BOB};
+use super::{admin, completed, held_backend, ids, sorted, token_file, ALICE, BEARER, BOB};
 use crate::support::*;
 
 /// Two replicas, `a` and `b`, on `redis` with the admin API on and callers told apart by
-/// `X-User`, in front of a backend whose turns on chats named `held*` hold after 2 events
-/// until `gate` opens.
+/// `X-User`, in front of a [`held_backend`].
 async fn pair(redis: &RedisServer, gate: &Gate) -> (Backend, Sidecar, Sidecar) {
-    let g = gate.clone();
-    let be = backend(move |r: &Req| {
-        let body = String::from_utf8_lossy(&r.body).to_string();
-        let pause = body.contains("\"held").then_some((2, &g));
-        scripted_turn(&turn(6), pause)
-    })
-    .await;
+    let be = held_backend(gate).await;
     // The `[server]` table leads (the harness joins its lines to its own).
     let conf = |id: &str| {
         format!(
@@ -32,14 +25,6 @@ async fn pair(redis: &RedisServer, gate: &Gate) -> (Backend, Sidecar, Sidecar) {
     let a = sidecar(be.addr, &conf("a")).await;
     let b = sidecar(be.addr, &conf("b")).await;
     (be, a, b)
-}
-
-/// Runs a whole turn of `chat_id` for `who` on `t`; returns its run id.
-async fn completed(t: &Sidecar, chat_id: &str, who: &[(&str, &str)]) -> String {
-    let (run, mut r) = started(t, chat_id, who).await;
-    let end = r.frames_to_end().await.pop().unwrap();
-    assert_eq!(end.json["persisted"], true);
-    run
 }
 
 async fn get(t: &Sidecar, path: &str) -> (u16, Value) {
