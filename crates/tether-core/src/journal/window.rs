@@ -62,6 +62,11 @@ struct Block {
 }
 
 impl Block {
+    /// Bytes the block has allocated: its data buffer and its bases.
+    fn allocated(&self) -> usize {
+        self.data.capacity() + self.bases.capacity() * std::mem::size_of::<(u32, u32)>()
+    }
+
     /// The event of `s`: its name, the prefix it shares with its base, and its suffix.
     fn parts(&self, s: &Slot) -> (&[u8], &[u8], &[u8]) {
         let (off, name, len) = (s.off as usize, s.name as usize, s.len as usize);
@@ -109,6 +114,10 @@ pub struct Window {
     blocks: VecDeque<Block>,
     /// Event bytes held for the events in the window (names and suffixes; bases whole).
     bytes: usize,
+    /// [`Block::allocated`] summed over `blocks`, kept as blocks come, grow and go: the journal
+    /// counts its held bytes after every append, and a long run's window holds thousands of
+    /// blocks.
+    block_bytes: usize,
     next_block: usize,
     base: Instant,
 }
@@ -122,6 +131,7 @@ impl Window {
             first,
             blocks: VecDeque::new(),
             bytes: 0,
+            block_bytes: 0,
             next_block: MIN_BLOCK,
             base: Instant::now(),
         }
@@ -149,11 +159,7 @@ impl Window {
 
     /// Bytes allocated: the blocks still held (with the last one's spare room) and the slots.
     pub fn allocated(&self) -> usize {
-        self.blocks
-            .iter()
-            .map(|b| b.data.capacity() + b.bases.capacity() * 8)
-            .sum::<usize>()
-            + self.slots.capacity() * std::mem::size_of::<Slot>()
+        self.block_bytes + self.slots.capacity() * std::mem::size_of::<Slot>()
     }
 
     /// Appends the next event: its JSON and, when it differs from its `type`, its SSE `event:`
@@ -184,18 +190,21 @@ impl Window {
             None => {
                 let size = self.next_block.max(name.len() + json.len());
                 self.next_block = (self.next_block * 2).min(MAX_BLOCK);
-                self.blocks.push_back(Block {
+                let block = Block {
                     first: next,
                     data: Vec::with_capacity(size),
                     bases: Vec::new(),
                     start: now,
-                });
+                };
+                self.block_bytes += block.allocated();
+                self.blocks.push_back(block);
                 None
             }
         };
         let Some(block) = self.blocks.back_mut() else {
             return;
         };
+        let before = block.allocated();
         let off = block.data.len();
         block.data.extend_from_slice(name);
         let (base, n) = match shared {
@@ -209,6 +218,7 @@ impl Window {
             None => (WHOLE, 0),
         };
         block.data.extend_from_slice(&json[n..]);
+        self.block_bytes = self.block_bytes + block.allocated() - before;
         let stored = name.len() + json.len() - n;
         self.bytes += stored;
         self.slots.push_back(Slot {
@@ -231,7 +241,9 @@ impl Window {
         }
         // A block goes once the window starts at or after the block that follows it.
         while self.blocks.len() > 1 && self.blocks[1].first <= self.first {
-            self.blocks.pop_front();
+            if let Some(gone) = self.blocks.pop_front() {
+                self.block_bytes -= gone.allocated();
+            }
         }
     }
 

@@ -136,6 +136,15 @@ fn a_mirror_window_starts_at_its_seq() {
     );
 }
 
+/// [`Window::allocated`] counted the long way: every block held, and the slots.
+fn recounted(w: &Window) -> usize {
+    w.blocks
+        .iter()
+        .map(|b| b.data.capacity() + b.bases.capacity() * 8)
+        .sum::<usize>()
+        + w.slots.capacity() * std::mem::size_of::<Slot>()
+}
+
 #[test]
 fn blocks_are_freed_once_the_window_slides_past_them() {
     let mut w = Window::new(10, 1);
@@ -145,6 +154,7 @@ fn blocks_are_freed_once_the_window_slides_past_them() {
     assert_eq!(w.len(), 10);
     assert!(w.blocks.len() <= 3, "{} blocks kept", w.blocks.len());
     assert!(w.allocated() < 3 * MAX_BLOCK + 16 * 24, "{}", w.allocated());
+    assert_eq!(w.allocated(), recounted(&w));
 }
 
 #[test]
@@ -189,6 +199,7 @@ proptest! {
             json.extend_from_slice(&event(seq, len));
             json.push(b'}');
             w.push(&json, name.as_deref(), Instant::now());
+            prop_assert_eq!(w.allocated(), recounted(&w));
             pushed.push((json, name));
             let from = seq.saturating_sub(back).max(1);
             let got = read(&w, &enc, from, max);
