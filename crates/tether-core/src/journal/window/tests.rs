@@ -228,3 +228,20 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The word-at-a-time prefix agrees with a byte-by-byte count for any two byte strings that
+    /// share any prefix, at any cap.
+    #[test]
+    fn the_common_prefix_is_the_bytewise_one(
+        shared in prop::collection::vec(any::<u8>(), 0..40),
+        a in prop::collection::vec(any::<u8>(), 0..20),
+        b in prop::collection::vec(any::<u8>(), 0..20),
+        max in 0usize..70,
+    ) {
+        let x = [&shared[..], &a[..]].concat();
+        let y = [&shared[..], &b[..]].concat();
+        let slow = x.iter().zip(&y).take(max).take_while(|(p, q)| p == q).count();
+        prop_assert_eq!(super::common_prefix(&x, &y, max), slow);
+    }
+}
