@@ -14,9 +14,11 @@
 
 mod account;
 mod aliases;
+mod inline;
 mod read;
 mod tee;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +45,7 @@ use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
 use account::Ended;
 pub use account::RunAccount;
+pub use inline::Producing;
 
 /// How long a run's end waits for its owner's place in the shared count to be given back.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(1);
@@ -153,6 +156,22 @@ pub fn spawn(tracker: &TaskTracker, job: Job) -> oneshot::Receiver<Head> {
     // arguments and for its largest await for the whole run (5,184 bytes unboxed, 2,880 boxed).
     tracker.spawn(produce(Box::new(job), tx));
     rx
+}
+
+/// Starts the producer inside the calling task, its requester's: the returned [`Producing`]
+/// must be polled by that task (beside its reader), and spawns what remains as a task of its own
+/// when dropped, so the producer still reads the upstream to its end whatever the requester
+/// does. `tracker` counts it until it ends, wherever it runs (the drain waits on it).
+pub fn start(
+    tracker: &TaskTracker,
+    job: Job,
+) -> (
+    Producing<impl Future<Output = ()> + Send + 'static>,
+    oneshot::Receiver<Head>,
+) {
+    let (tx, rx) = oneshot::channel();
+    let fut = tracker.track_future(produce(Box::new(job), tx));
+    (Producing::new(fut), rx)
 }
 
 fn failed(m: &Metrics, run_id: &RunId, e: UpstreamError) -> Head {

@@ -269,21 +269,53 @@ impl<'a> Idle<'a> {
     /// polls nothing else. Shutdown is checked before each wait, so a reader that never runs
     /// out of frames still notices it.
     pub async fn wait<S: Sink>(&mut self, sink: &mut S) -> Result<(), Exit> {
-        if self.token.is_cancelled() {
-            return Err(Exit::Shutdown);
-        }
-        tokio::select! {
-            biased;
-            r = self.rx.changed() => r.map_err(|_| Exit::Gone),
-            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
-            _ = sink.closed() => Err(Exit::Gone),
-            _ = self.heartbeat.tick() => sink
+        match self.next(sink).await? {
+            Wake::Changed => Ok(()),
+            Wake::Heartbeat => sink
                 .send(Bytes::from_static(KEEPALIVE))
                 .await
                 .map_err(|ClientGone| Exit::Gone),
         }
     }
+
+    /// [`Self::wait`] without the heartbeat's write: says that one is due instead. Dropped
+    /// before it resolves, it has written nothing.
+    pub async fn next<S: Sink>(&mut self, sink: &mut S) -> Result<Wake, Exit> {
+        if self.token.is_cancelled() {
+            return Err(Exit::Shutdown);
+        }
+        tokio::select! {
+            biased;
+            r = self.rx.changed() => r.map(|()| Wake::Changed).map_err(|_| Exit::Gone),
+            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
+            _ = sink.closed() => Err(Exit::Gone),
+            _ = self.heartbeat.tick() => Ok(Wake::Heartbeat),
+        }
+    }
+
+    /// Whether the run changed since [`Self::seen`] (a run's wake-ups never close while the
+    /// run lives; a closed one counts as a change, which the next read settles).
+    pub fn changed(&self) -> bool {
+        self.rx.has_changed().unwrap_or(true)
+    }
+
+    /// Whether the process is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        self.token.is_cancelled()
+    }
 }
 
+/// Why [`Idle::next`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The run changed.
+    Changed,
+    /// A heartbeat is due.
+    Heartbeat,
+}
+
+mod fused;
 #[cfg(test)]
 mod tests;
+
+pub use fused::serve_fused;
