@@ -14,6 +14,7 @@
 
 mod account;
 mod aliases;
+mod handoff;
 mod inline;
 mod read;
 mod tee;
@@ -45,6 +46,7 @@ use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
 use account::Ended;
 pub use account::RunAccount;
+pub use handoff::{Handed, Handoff};
 pub use inline::Producing;
 
 /// How long a run's end waits for its owner's place in the shared count to be given back.
@@ -113,6 +115,9 @@ pub struct Job {
     pub legacy: Option<usize>,
     /// The run's accounting: its span, and where its record goes at its end.
     pub account: RunAccount,
+    /// Where the producer hands its requester the frames of each append, when the requester's
+    /// task runs it ([`start`]).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// How a route records its runs: format, commit rule, window, event cap, raw record, aliases
@@ -170,8 +175,13 @@ pub fn start(
     oneshot::Receiver<Head>,
 ) {
     let (tx, rx) = oneshot::channel();
-    let fut = tracker.track_future(produce(Box::new(job), tx));
-    (Producing::new(fut), rx)
+    let handoff = Handoff::new();
+    let job = Box::new(Job {
+        handoff: Some(handoff.clone()),
+        ..job
+    });
+    let fut = tracker.track_future(produce(job, tx));
+    (Producing::with_handoff(fut, handoff), rx)
 }
 
 fn failed(m: &Metrics, run_id: &RunId, e: UpstreamError) -> Head {
@@ -197,6 +207,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         max_duration,
         legacy,
         account,
+        handoff,
     } = *job;
     let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
@@ -296,6 +307,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
         on_disconnect,
+        handoff,
     };
     let end = read(
         &mut s,

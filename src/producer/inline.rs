@@ -4,7 +4,10 @@
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use super::handoff::Handoff;
 
 /// A producer's future, run by the task of its run's requester. Whoever holds it polls it at
 /// every wake of that task ([`Self::poll`], [`Self::beside`]); once the holder is done with it,
@@ -12,6 +15,7 @@ use std::task::{Context, Poll};
 /// producers' tracker: a requester that leaves never stops the upstream read.
 pub struct Producing<P: Future<Output = ()> + Send + 'static> {
     fut: Option<Pin<Box<P>>>,
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
@@ -21,7 +25,21 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
     pub fn new(fut: P) -> Self {
         Producing {
             fut: Some(Box::pin(fut)),
+            handoff: None,
         }
+    }
+
+    /// Like [`Self::new`], for a producer that hands its appends' frames to `handoff`.
+    pub fn with_handoff(fut: P, handoff: Arc<Handoff>) -> Self {
+        Producing {
+            fut: Some(Box::pin(fut)),
+            handoff: Some(handoff),
+        }
+    }
+
+    /// Where the producer hands its appends' frames, if it does.
+    pub fn handoff(&self) -> Option<Arc<Handoff>> {
+        self.handoff.clone()
     }
 
     /// Polls the producer once, unless it has ended.

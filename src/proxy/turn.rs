@@ -208,6 +208,7 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         max_duration: (!max.is_zero()).then_some(max),
         legacy: tee.then_some(s.cfg.limits.max_client_buffer_bytes),
         account,
+        handoff: None,
     }
 }
 

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{first_write, pass, ClientGone, Exit, Idle, Options, Pass, Sink, Wake};
 use crate::metrics::Metrics;
-use crate::producer::Producing;
+use crate::producer::{Handed, Handoff, Producing};
 use crate::record::sse::KEEPALIVE;
 use crate::state::attach_policy::Start;
 use crate::state::run::{ObserverGuard, Run};
@@ -42,7 +42,21 @@ pub async fn serve_fused<S: Sink, P: Future<Output = ()> + Send + 'static>(
 ) -> Exit {
     let _guard = guard;
     metrics.observers_active.inc();
-    let outcome = fused_loop(sink, producing, run, opts, metrics, shutdown).await;
+    let handoff = producing.handoff();
+    let outcome = fused_loop(
+        sink,
+        producing,
+        handoff.as_deref(),
+        run,
+        opts,
+        metrics,
+        shutdown,
+    );
+    let outcome = outcome.await;
+    // Nothing more is handed to a reader that is done.
+    if let Some(h) = &handoff {
+        h.disarm();
+    }
     metrics.observers_active.dec();
     debug!("requester of run {} ended: {outcome:?}", run.id());
     outcome
@@ -53,6 +67,8 @@ pub async fn serve_fused<S: Sink, P: Future<Output = ()> + Send + 'static>(
 enum Op {
     /// Reads and writes what follows the cursor ([`pass`]).
     Pass(u64),
+    /// Writes frames the producer handed over ([`Handoff`]).
+    Direct(Handed),
     /// Writes a heartbeat.
     Heartbeat,
     /// Waits ([`Idle::next`]) until the run changes, a heartbeat is due, the client leaves,
@@ -78,6 +94,17 @@ async fn step<'s, 'i, 't, S: Sink>(
 ) -> (&'s mut S, &'i mut Idle<'t>, Done) {
     let done = match op {
         Op::Pass(cursor) => Done::Pass(pass(sink, run, cursor, metrics).await),
+        Op::Direct(handed) => {
+            let sent = sink.send(handed.frames).await;
+            if sent.is_ok() {
+                // The frames were the run's newest: no lag.
+                metrics.observer_lag.observe(0.0);
+                metrics
+                    .delivery_delay
+                    .observe(handed.at.elapsed().as_secs_f64());
+            }
+            Done::Sent(sent)
+        }
         Op::Heartbeat => Done::Sent(sink.send(Bytes::from_static(KEEPALIVE)).await),
         Op::Idle => Done::Woke(tokio::select! {
             biased;
@@ -98,15 +125,18 @@ async fn interrupted(flag: &AtomicBool) {
 }
 
 /// The reader's position between steps.
-struct Reader {
+struct Reader<'h> {
     cursor: u64,
     /// Read again at once: the last pass stopped short of the head, or a wake said the run
     /// changed (and marked it seen).
     again: bool,
     heartbeat: bool,
+    /// The producer's handoff, armed while the reader waits.
+    handoff: Option<&'h Handoff>,
+    armed: bool,
 }
 
-impl Reader {
+impl Reader<'_> {
     /// Takes in what a step did; `Some` when the reader is done.
     fn took(&mut self, done: Done) -> Option<Exit> {
         match done {
@@ -125,7 +155,10 @@ impl Reader {
     }
 
     /// The next step, or the reader's end (shutdown, checked before each wait).
-    fn next(&mut self, idle: &mut Idle<'_>) -> Result<Op, Exit> {
+    fn next(&mut self, idle: &mut Idle<'_>, run: &Run) -> Result<Op, Exit> {
+        if let Some(handed) = self.handed(idle, run) {
+            return Ok(Op::Direct(handed));
+        }
         if std::mem::take(&mut self.again) || idle.changed() {
             idle.seen();
             return Ok(Op::Pass(self.cursor));
@@ -133,16 +166,40 @@ impl Reader {
         if std::mem::take(&mut self.heartbeat) {
             return Ok(Op::Heartbeat);
         }
-        match idle.shutting_down() {
-            true => Err(Exit::Shutdown),
-            false => Ok(Op::Idle),
+        if idle.shutting_down() {
+            return Err(Exit::Shutdown);
         }
+        if let Some(h) = self.handoff {
+            h.arm(self.cursor);
+            self.armed = true;
+        }
+        Ok(Op::Idle)
+    }
+
+    /// What the producer handed over since the reader armed the handoff, when it follows the
+    /// cursor: the cursor moves past it, and the run's change it made is marked seen unless the
+    /// run has more (a second append, an end), which the next pass reads.
+    fn handed(&mut self, idle: &mut Idle<'_>, run: &Run) -> Option<Handed> {
+        if !std::mem::take(&mut self.armed) {
+            return None;
+        }
+        let handed = self.handoff?.take()?;
+        if handed.first != self.cursor + 1 {
+            return None;
+        }
+        self.cursor = handed.last;
+        idle.seen();
+        if run.head() != handed.last || run.end().is_some() {
+            self.again = true;
+        }
+        Some(handed)
     }
 }
 
 async fn fused_loop<S: Sink, P: Future<Output = ()> + Send + 'static>(
     sink: &mut S,
     producing: &mut Producing<P>,
+    handoff: Option<&Handoff>,
     run: &Arc<Run>,
     opts: &Options,
     metrics: &Metrics,
@@ -160,6 +217,8 @@ async fn fused_loop<S: Sink, P: Future<Output = ()> + Send + 'static>(
         cursor,
         again: false,
         heartbeat: false,
+        handoff,
+        armed: false,
     };
     let first = step(sink, &mut idle, Op::Pass(cursor), run, metrics, &interrupt);
     let mut slot = pin!(Some(first));
@@ -199,7 +258,7 @@ async fn fused_loop<S: Sink, P: Future<Output = ()> + Send + 'static>(
                 // Not reached: a step in flight or its parts given back.
                 return Poll::Ready(Exit::Gone);
             };
-            match reader.next(i) {
+            match reader.next(i, run) {
                 Ok(op) => {
                     waiting = matches!(op, Op::Idle);
                     slot.set(Some(step(s, i, op, run, metrics, &interrupt)));

@@ -13,20 +13,27 @@ use super::*;
 use crate::accounting::Join;
 use crate::deliver::collect::Collect;
 use crate::deliver::observer::serve;
+use crate::producer::Handoff;
 use crate::record::format::{agui::Agui, Event, Format};
 use crate::record::sse::SseEvent;
 
+/// The `i`-th delta of `len` bytes; every seventh carries an SSE name of its own, which its
+/// frame carries too.
 fn text(i: usize, len: usize) -> Event {
     let delta: String = (0..len)
         .map(|k| char::from(b'a' + ((i + k) % 26) as u8))
         .collect();
-    Agui.classify(&SseEvent {
+    let mut e = Agui.classify(&SseEvent {
         event: None,
         data: Bytes::from(
             json!({"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":delta}).to_string(),
         ),
         id: None,
-    })
+    });
+    if i % 7 == 3 {
+        e.sse_name = Some(Bytes::from_static(br#"delta "named""#));
+    }
+    e
 }
 
 fn opts() -> Options {
@@ -65,6 +72,8 @@ struct Case {
     delays: Vec<u64>,
     second: Option<usize>,
     len: usize,
+    /// The producer hands its appends over (the direct path) or not (the journal only).
+    direct: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -73,18 +82,34 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(prop_oneof![Just(0u64), Just(0), 1u64..80], 0..40),
         prop::option::of(0usize..40),
         prop_oneof![Just(8usize), 1usize..300],
+        prop_oneof![3 => Just(true), 1 => Just(false)],
     )
-        .prop_map(|(batches, delays, second, len)| Case {
+        .prop_map(|(batches, delays, second, len, direct)| Case {
             batches,
             delays,
             second,
             len,
+            direct,
         })
 }
 
-/// The bytes of the fused requester, of a general reader from the start, and of a second
-/// general reader joining by snapshot (empty when none joined).
-fn read_case(c: &Case) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+/// Appends `batch` to `run` as the producer's read loop does: then hands it over.
+fn append(run: &Run, handoff: &Handoff, batch: &[Event]) {
+    let appended = run.append(batch);
+    handoff.appended(run, batch, appended.events);
+}
+
+/// What one case gave: the bytes of the fused requester, of a general reader from the start,
+/// and of a second general reader joining by snapshot (empty when none joined); and how many
+/// appends were handed over.
+struct Read {
+    fused: Vec<u8>,
+    general: Vec<u8>,
+    second: Vec<u8>,
+    handed: u64,
+}
+
+fn read_case(c: &Case) -> Read {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -103,6 +128,8 @@ fn read_case(c: &Case) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         });
         let (join_tx, mut join_rx) = mpsc::unbounded_channel();
         let (r, batches, second, len) = (run.clone(), c.batches.clone(), c.second, c.len);
+        let handoff = Handoff::new();
+        let h = handoff.clone();
         let producer = async move {
             let mut n = 0;
             for (i, (size, pause)) in batches.into_iter().enumerate() {
@@ -115,7 +142,7 @@ fn read_case(c: &Case) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
                 }
                 let batch: Vec<Event> = (0..size).map(|k| text(n + k, len)).collect();
                 n += size;
-                r.append(&batch);
+                append(&r, &h, &batch);
             }
             r.finish(true, None);
         };
@@ -129,7 +156,10 @@ fn read_case(c: &Case) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
             serve(&mut sink, &r, Start::Snapshot, None, &opts(), &m2, &stop2).await;
             sink.0
         });
-        let mut producing = Producing::new(producer);
+        let mut producing = match c.direct {
+            true => Producing::with_handoff(producer, handoff.clone()),
+            false => Producing::new(producer),
+        };
         let mut sink = Slow {
             out: Vec::new(),
             delays: c.delays.clone(),
@@ -141,7 +171,12 @@ fn read_case(c: &Case) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         let exit = tokio::time::timeout(Duration::from_secs(3600), serving).await;
         assert_eq!(exit, Ok(Exit::Ended));
         producing.finish().await;
-        (sink.out, general.await.unwrap(), joiner.await.unwrap())
+        Read {
+            fused: sink.out,
+            general: general.await.unwrap(),
+            second: joiner.await.unwrap(),
+            handed: handoff.count(),
+        }
     })
 }
 
@@ -169,7 +204,10 @@ proptest! {
     /// event once in order, one end), with a slow socket and a second reader or not.
     #[test]
     fn the_fused_reader_writes_the_general_readers_bytes(c in case()) {
-        let (fused, general, second) = read_case(&c);
+        let Read { fused, general, second, handed } = read_case(&c);
+        if !c.direct {
+            prop_assert_eq!(handed, 0);
+        }
         prop_assert_eq!(ends(&general), 1);
         prop_assert!(fused == general, "fused {} bytes, general {}", fused.len(), general.len());
         if c.second.is_some_and(|at| at < c.batches.len()) {
@@ -186,15 +224,17 @@ async fn a_slow_socket_does_not_hold_up_the_producer_and_the_reader_catches_up_f
     let run = Arc::new(Run::new("r", 4096));
     let appended = Arc::new(AtomicUsize::new(0));
     let (r, a) = (run.clone(), appended.clone());
+    let handoff = Handoff::new();
+    let h = handoff.clone();
     let producer = async move {
         for i in 0..600 {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            r.append(&[text(i, 8)]);
+            append(&r, &h, &[text(i, 8)]);
             a.fetch_add(1, Ordering::Relaxed);
         }
         r.finish(true, None);
     };
-    let mut producing = Producing::new(producer);
+    let mut producing = Producing::with_handoff(producer, handoff.clone());
     // The snapshot and the first event go at once; the third write takes a second.
     let mut sink = Slow {
         out: Vec::new(),
@@ -214,6 +254,26 @@ async fn a_slow_socket_does_not_hold_up_the_producer_and_the_reader_catches_up_f
     assert_eq!(appended.load(Ordering::Relaxed), 600);
     let frames = sink.out.windows(6).filter(|w| w == b"data: ").count();
     assert_eq!(frames, 1 + 600 + 1);
+    // Events 1 and 2 were handed over; the rest came from the journal.
+    assert_eq!(handoff.count(), 2);
+}
+
+/// A reader that keeps up writes every append as it was handed over, and those are the
+/// general reader's bytes.
+#[test]
+fn a_reader_that_keeps_up_writes_every_append_as_handed_over() {
+    let c = Case {
+        batches: (0..30).map(|i| (1 + i % 3, 10)).collect(),
+        delays: Vec::new(),
+        second: None,
+        len: 12,
+        direct: true,
+    };
+    let read = read_case(&c);
+    assert_eq!(read.handed, 30);
+    assert!(read.fused == read.general);
+    assert_eq!(ends(&read.fused), 1);
+    assert!(read.fused.windows(9).any(|w| w == br#"\"named\""#));
 }
 
 /// A requester that leaves mid-run hands its producer on: the run is produced to its end by a
