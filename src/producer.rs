@@ -1,5 +1,7 @@
-//! The producer: the detached task that sends a recorded request upstream and reads the answer
-//! to its end, whatever the observers do.
+//! The producer: the task that sends a recorded request upstream and reads the answer to its
+//! end, whatever the observers do. A protocol-1 requester's task runs it ([`start`], `inline`)
+//! and is handed the frames of each append while it waits (`handoff`); what remains when that
+//! requester is done runs as a task of its own. Other requesters get it detached ([`spawn`]).
 //!
 //! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving
 //! never reaches the backend by itself. It reports the upstream's answer once as a [`Head`]: a
