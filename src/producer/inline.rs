@@ -16,6 +16,8 @@ use super::handoff::Handoff;
 pub struct Producing<P: Future<Output = ()> + Send + 'static> {
     fut: Option<Pin<Box<P>>>,
     handoff: Option<Arc<Handoff>>,
+    /// Set while the producer's future is polled: still set when dropped, its poll panicked.
+    in_poll: bool,
 }
 
 impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
@@ -26,6 +28,7 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
         Producing {
             fut: Some(Box::pin(fut)),
             handoff: None,
+            in_poll: false,
         }
     }
 
@@ -34,6 +37,7 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
         Producing {
             fut: Some(Box::pin(fut)),
             handoff: Some(handoff),
+            in_poll: false,
         }
     }
 
@@ -45,7 +49,10 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
     /// Polls the producer once, unless it has ended.
     pub fn poll(&mut self, cx: &mut Context<'_>) {
         if let Some(f) = &mut self.fut {
-            if f.as_mut().poll(cx).is_ready() {
+            self.in_poll = true;
+            let done = f.as_mut().poll(cx).is_ready();
+            self.in_poll = false;
+            if done {
                 self.fut = None;
             }
         }
@@ -82,8 +89,12 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
 
 impl<P: Future<Output = ()> + Send + 'static> Drop for Producing<P> {
     /// What remains of the run goes on in a task of its own (outside a runtime, as the process
-    /// ends, it is dropped, as a spawned producer would be).
+    /// ends, it is dropped, as a spawned producer would be; so is a producer whose own poll
+    /// panicked, which cannot be polled again).
     fn drop(&mut self) {
+        if self.in_poll {
+            return;
+        }
         if let (Some(fut), Ok(rt)) = (self.fut.take(), tokio::runtime::Handle::try_current()) {
             rt.spawn(fut);
         }
