@@ -4,11 +4,13 @@
 //!
 //! At every wake of the task: a reader that was waiting lets go of its waits first (a waiter on
 //! the run's watch would be woken by the producer's append: a wake of this very task, and a poll
-//! more); then the producer runs (reads the upstream, appends); then the reader reads and writes
-//! what the run gained since its cursor ([`super::pass`], the general path, byte for byte), and
-//! waits again. A write that waits for the client's socket stays in flight across wakes while the
-//! producer keeps reading; the reader catches up from the journal afterwards, in one write, or by
-//! a snapshot when it fell out of the window, as any reader.
+//! more); then the producer runs (reads the upstream, appends); then the reader writes the frames
+//! the producer handed it ([`Handoff`]: the append that followed its cursor while it waited
+//! caught up), or else reads and writes what the run gained since its cursor ([`super::pass`],
+//! the general path), and waits again. A write that waits for the client's socket stays in
+//! flight across wakes while the producer keeps reading; the reader catches up from the journal
+//! afterwards, in writes of up to 512 frames, or by a snapshot when it fell out of the window, as
+//! any reader.
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
