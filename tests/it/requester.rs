@@ -114,3 +114,53 @@ async fn a_drain_waits_for_the_producer_of_a_requester_that_left() {
     assert_eq!(run.head(), events.len() as u64);
     assert!(run.end().is_some_and(|e| e.persisted));
 }
+
+/// The SSE answer of `events` cut into chunks of seeded sizes (several events in a chunk, an
+/// event across chunks), with short pauses between some.
+fn cut_answer(events: &[Value], seed: u64) -> Vec<Step> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let body: Vec<u8> = events.iter().flat_map(|e| sse(e).to_vec()).collect();
+    let mut steps = vec![sse_head()];
+    let mut at = 0;
+    while at < body.len() {
+        let n = rng.gen_range(1..400).min(body.len() - at);
+        steps.push(Step::Chunk(bytes::Bytes::copy_from_slice(
+            &body[at..at + n],
+        )));
+        at += n;
+        if rng.gen_bool(0.3) {
+            steps.push(Step::Sleep(Duration::from_millis(rng.gen_range(0..4))));
+        }
+    }
+    steps.push(Step::End);
+    steps
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_requester_reads_the_bytes_a_reader_from_the_start_reads() {
+    // The requester's frames come mostly by the producer's handoff; a resume from cursor 0
+    // reads the journal. After the requester's first frame (its empty snapshot) the bytes are
+    // the same.
+    for seed in 0..4u64 {
+        let events = turn(40 + 20 * seed as usize);
+        let answer = events.clone();
+        let be = backend(move |_| cut_answer(&answer, seed)).await;
+        let tether = sidecar(be.addr, "").await;
+        let chat_id = format!("c{seed}");
+        let mut requester = post(tether.addr, "/chat", &chat(&chat_id)).await;
+        let run_id = requester.header("x-tether-run-id").unwrap().to_string();
+        let mine = within("the requester's stream", requester.body_to_end()).await;
+        let mut resume = post(tether.addr, "/chat/live", &cursor(&chat_id, &run_id, 0)).await;
+        let theirs = within("the resume", resume.body_to_end()).await;
+        let first = mine.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
+        assert!(mine[..first].windows(15).any(|w| w == b"STREAM_SNAPSHOT"));
+        assert_eq!(
+            String::from_utf8_lossy(&mine[first..]),
+            String::from_utf8_lossy(&theirs),
+            "seed {seed}"
+        );
+        let ends = theirs.windows(10).filter(|w| w == b"STREAM_END").count();
+        assert_eq!(ends, 1, "seed {seed}");
+    }
+}
