@@ -29,7 +29,7 @@
 //! | replica | [`replica`] | the shared journal on Redis Streams: append lanes, followers and mirrors, the reaper |
 //! | chats | [`chats`] | a caller and a request → a run: the owner, the chat's scope, lookups with the journal's sync, registration, go-live (memory or shared journal), naming, the stop |
 //! | backend | [`backend`] | the connect queue and tether's own HTTP/1.1 exchange with the backend, plain or TLS |
-//! | producer | [`producer`] | the detached run task: the upstream exchange, the read loop, a legacy client's copy |
+//! | producer | [`producer`] | the run's producer (in its protocol-1 requester's task, else detached): the upstream exchange, the read loop, the requester's handoff, a legacy client's copy |
 //! | deliver | [`deliver`] | write loops to clients: protocol 1, verbatim, Durable Streams |
 //! | edges | [`logging`], [`proxy`], [`server`] | Pingora's records, the Pingora adapter and route handlers, listeners and lifecycle |
 

@@ -1,5 +1,7 @@
-//! The producer: the detached task that sends a recorded request upstream and reads the answer
-//! to its end, whatever the observers do.
+//! The producer: the task that sends a recorded request upstream and reads the answer to its
+//! end, whatever the observers do. A protocol-1 requester's task runs it ([`start`], `inline`)
+//! and is handed the frames of each append while it waits (`handoff`); what remains when that
+//! requester is done runs as a task of its own. Other requesters get it detached ([`spawn`]).
 //!
 //! The task owns its upstream exchange (see [`crate::backend::exchange`]), so a client leaving
 //! never reaches the backend by itself. It reports the upstream's answer once as a [`Head`]: a
@@ -14,9 +16,12 @@
 
 mod account;
 mod aliases;
+mod handoff;
+mod inline;
 mod read;
 mod tee;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +48,8 @@ use crate::vocab::usage::UsagePointers;
 use crate::vocab::RunId;
 use account::Ended;
 pub use account::RunAccount;
+pub use handoff::{Handed, Handoff};
+pub use inline::Producing;
 
 /// How long a run's end waits for its owner's place in the shared count to be given back.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(1);
@@ -110,6 +117,9 @@ pub struct Job {
     pub legacy: Option<usize>,
     /// The run's accounting: its span, and where its record goes at its end.
     pub account: RunAccount,
+    /// Where the producer hands its requester the frames of each append, when the requester's
+    /// task runs it ([`start`]).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// How a route records its runs: format, commit rule, window, event cap, raw record, aliases
@@ -155,6 +165,27 @@ pub fn spawn(tracker: &TaskTracker, job: Job) -> oneshot::Receiver<Head> {
     rx
 }
 
+/// Starts the producer inside the calling task, its requester's: the returned [`Producing`]
+/// must be polled by that task (beside its reader), and spawns what remains as a task of its own
+/// when dropped, so the producer still reads the upstream to its end whatever the requester
+/// does. `tracker` counts it until it ends, wherever it runs (the drain waits on it).
+pub fn start(
+    tracker: &TaskTracker,
+    job: Job,
+) -> (
+    Producing<impl Future<Output = ()> + Send + 'static>,
+    oneshot::Receiver<Head>,
+) {
+    let (tx, rx) = oneshot::channel();
+    let handoff = Handoff::new();
+    let job = Box::new(Job {
+        handoff: Some(handoff.clone()),
+        ..job
+    });
+    let fut = tracker.track_future(produce(job, tx));
+    (Producing::with_handoff(fut, handoff), rx)
+}
+
 fn failed(m: &Metrics, run_id: &RunId, e: UpstreamError) -> Head {
     warn!("upstream failed for run {run_id}: {e}");
     m.upstream_errors.inc(e.kind);
@@ -178,6 +209,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         max_duration,
         legacy,
         account,
+        handoff,
     } = *job;
     let mut s = match Box::pin(upstream.open(&request, &body, Some(&run_id), slot)).await {
         Ok(s) => s,
@@ -277,6 +309,7 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
         deadline: max_duration.map(|d| tokio::time::Instant::now() + d),
         idle: upstream.idle_timeout(),
         on_disconnect,
+        handoff,
     };
     let end = read(
         &mut s,

@@ -5,16 +5,15 @@
 //! frame available since the cursor in one write. An observer that falls out of the window is
 //! reset with a fresh snapshot; a client that leaves, even while idle, ends only its observer.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::future::{poll_fn, Future};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use log::debug;
 use tokio::sync::watch;
-use tokio::time::{Instant, Interval, MissedTickBehavior};
-use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::accounting::Join;
 use crate::dialect::protocol1::Protocol1;
@@ -25,6 +24,7 @@ use crate::record::sse::KEEPALIVE;
 use crate::state::attach_policy::Start;
 use crate::state::run::{ObserverGuard, Run};
 use crate::vocab::kinds::DialectKind;
+use standing::{Heartbeat, Shutdown};
 
 /// Frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
@@ -231,27 +231,22 @@ async fn write_loop<S: Sink>(
 }
 
 /// What a reader with nothing to write waits for: the run changing, a heartbeat due, its client
-/// leaving, shutdown. It lives as long as the reader, so the shutdown wait is registered once,
-/// not again for every wait.
+/// leaving, shutdown. It lives as long as the reader, so the shutdown wait and the heartbeat's
+/// timer are registered once, not again for every wait ([`standing`]).
 pub struct Idle<'a> {
     rx: watch::Receiver<u64>,
-    heartbeat: Interval,
-    token: &'a CancellationToken,
-    shutdown: Pin<Box<WaitForCancellationFuture<'a>>>,
+    heartbeat: Heartbeat,
+    shutdown: Shutdown<'a>,
 }
 
 impl<'a> Idle<'a> {
     /// Waits on `rx` (the run's wake-ups, subscribed before the reader first read the run),
     /// with the first heartbeat due one interval from now.
     pub fn new(rx: watch::Receiver<u64>, every: Duration, shutdown: &'a CancellationToken) -> Self {
-        let mut heartbeat = tokio::time::interval_at(Instant::now() + every, every);
-        // Ticks missed while frames kept the reader busy are skipped, not written in a burst.
-        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Skip);
         Idle {
             rx,
-            heartbeat,
-            token: shutdown,
-            shutdown: Box::pin(shutdown.cancelled()),
+            heartbeat: Heartbeat::new(every),
+            shutdown: Shutdown::new(shutdown),
         }
     }
 
@@ -269,21 +264,55 @@ impl<'a> Idle<'a> {
     /// polls nothing else. Shutdown is checked before each wait, so a reader that never runs
     /// out of frames still notices it.
     pub async fn wait<S: Sink>(&mut self, sink: &mut S) -> Result<(), Exit> {
-        if self.token.is_cancelled() {
-            return Err(Exit::Shutdown);
-        }
-        tokio::select! {
-            biased;
-            r = self.rx.changed() => r.map_err(|_| Exit::Gone),
-            _ = self.shutdown.as_mut() => Err(Exit::Shutdown),
-            _ = sink.closed() => Err(Exit::Gone),
-            _ = self.heartbeat.tick() => sink
+        match self.next(sink).await? {
+            Wake::Changed => Ok(()),
+            Wake::Heartbeat => sink
                 .send(Bytes::from_static(KEEPALIVE))
                 .await
                 .map_err(|ClientGone| Exit::Gone),
         }
     }
+
+    /// [`Self::wait`] without the heartbeat's write: says that one is due instead. Dropped
+    /// before it resolves, it has written nothing.
+    pub async fn next<S: Sink>(&mut self, sink: &mut S) -> Result<Wake, Exit> {
+        if self.shutdown.is_cancelled() {
+            return Err(Exit::Shutdown);
+        }
+        let (shutdown, heartbeat) = (&mut self.shutdown, &mut self.heartbeat);
+        tokio::select! {
+            biased;
+            r = self.rx.changed() => r.map(|()| Wake::Changed).map_err(|_| Exit::Gone),
+            () = poll_fn(|cx| shutdown.poll(cx)) => Err(Exit::Shutdown),
+            _ = sink.closed() => Err(Exit::Gone),
+            () = poll_fn(|cx| heartbeat.poll(cx)) => Ok(Wake::Heartbeat),
+        }
+    }
+
+    /// Whether the run changed since [`Self::seen`] (a run's wake-ups never close while the
+    /// run lives; a closed one counts as a change, which the next read settles).
+    pub fn changed(&self) -> bool {
+        self.rx.has_changed().unwrap_or(true)
+    }
+
+    /// Whether the process is shutting down.
+    pub fn shutting_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
 }
 
+/// Why [`Idle::next`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// The run changed.
+    Changed,
+    /// A heartbeat is due.
+    Heartbeat,
+}
+
+mod fused;
+mod standing;
 #[cfg(test)]
 mod tests;
+
+pub use fused::serve_fused;

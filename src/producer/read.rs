@@ -7,6 +7,7 @@ use std::time::Duration;
 use log::{info, warn};
 use tokio::time::Instant;
 
+use super::handoff::Handoff;
 use super::tee::{Cut, Tee};
 use crate::backend::Exchange;
 use crate::chats::Naming;
@@ -29,6 +30,8 @@ pub(super) struct ReadLimits {
     pub(super) idle: Duration,
     /// The route's disconnect policy.
     pub(super) on_disconnect: OnDisconnect,
+    /// Where each append's frames are handed to the requester whose task runs the producer.
+    pub(super) handoff: Option<Arc<Handoff>>,
 }
 
 /// How a live run's read loop ended.
@@ -144,6 +147,9 @@ pub(super) async fn read(
         m.upstream_events.inc_by(batch.len() as u64);
         // The journal counts what it holds in the registry's recorded bytes itself.
         let appended = run.append_raw(&batch, ingest.take_raw());
+        if let Some(h) = &limits.handoff {
+            h.appended(run, &batch, appended.events);
+        }
         ids.set(ingest.held_bytes());
         if appended.events < batch.len() {
             m.events_dropped

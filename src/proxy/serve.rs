@@ -3,6 +3,7 @@
 //! the run's resume-token headers), the room a run has for one more reader, and a refused
 //! resume's answer in its dialect ([`refused`]).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use log::debug;
@@ -24,6 +25,7 @@ use crate::deliver::replay;
 use crate::dialect::{Plan, Refusal};
 use crate::error::{ApiError, Code};
 use crate::metrics::AttachResult;
+use crate::producer::Producing;
 use crate::state::attach_policy::Start;
 use crate::state::run::{ObserverGuard, Run};
 use crate::state::token;
@@ -93,6 +95,36 @@ pub(crate) async fn observe(
     let outcome = observer::serve(&mut sink, run, start, guard, &opts, &s.metrics, &s.stop).await;
     match outcome {
         Exit::Ended if sink.finish().await => Reply::Done,
+        _ => Reply::Abort,
+    }
+}
+
+/// Serves a run's protocol-1 requester from the run's start with its producer polled in the same
+/// task ([`observer::serve_fused`]), its SSE header first; then ends the response. The producer
+/// is polled beside every step, the header's and the last chunk's writes too.
+pub(crate) async fn observe_fused<P: Future<Output = ()> + Send + 'static>(
+    s: &Shared,
+    session: &mut Session,
+    run: &Arc<Run>,
+    guard: ObserverGuard,
+    producing: &mut Producing<P>,
+) -> Reply {
+    if !producing
+        .beside(write_sse_header(session, &s.cors, run.id()))
+        .await
+    {
+        return Reply::Abort;
+    }
+    // Counted by the drain until this reader has written its end or left.
+    let _tracked = s.observers.token();
+    let opts = observer::Options {
+        heartbeat: s.cfg.server.heartbeat.0,
+    };
+    let mut sink = SessionSink::new(session, s.cfg.server.write_timeout.0);
+    let outcome =
+        observer::serve_fused(&mut sink, producing, run, guard, &opts, &s.metrics, &s.stop).await;
+    match outcome {
+        Exit::Ended if producing.beside(sink.finish()).await => Reply::Done,
         _ => Reply::Abort,
     }
 }

@@ -3,22 +3,25 @@
 //! what the producer reports (protocol-1 frames, the upstream bytes unchanged for a legacy
 //! client, the raw record with ids added or made unique, or the upstream's own non-SSE answer).
 
+use std::future::Future;
 use std::time::SystemTime;
 
 use bytes::Bytes;
 use pingora_http::RequestHeader;
 use pingora_proxy::Session;
+use tokio::sync::oneshot::error::RecvError;
 use tokio::time::Instant;
 
-use super::serve::{add_token_headers, observe, serve_verbatim, write_sse_header};
+use super::serve::{add_token_headers, observe, observe_fused, serve_verbatim, write_sse_header};
 use super::serve::{Reader, Verbatim};
 use super::session::{at_capacity, relay, relay_upstream, unreachable, Handled, Reply, Source};
 use super::shared::Shared;
 use crate::accounting::trace::{parent_context, TRACEPARENT, TRACESTATE};
 use crate::backend::slots::Slot;
+use crate::chats::Owner;
 use crate::config::{Ids, Route};
 use crate::dialect::Plan;
-use crate::producer::{self, Head, Job, Rules, RunAccount};
+use crate::producer::{self, Head, Job, Producing, Rules, RunAccount};
 use crate::state::attach_policy::Start;
 use crate::state::owner_limits::ActiveRun;
 use crate::state::registry::Pending;
@@ -82,8 +85,41 @@ pub(crate) async fn run_upstream(
     // unique), not the upstream bytes.
     let from_raw = turn.legacy && route.ids != Ids::Upstream && s.cfg.raw.is_some();
     let tee = turn.legacy && !from_raw;
-    let head = producer::spawn(&s.producers, job(s, session, route, turn, slot, tee));
-    match head.await {
+    if turn.legacy {
+        // A legacy or raw requester reads a copy or the raw record: the producer runs detached.
+        let head = producer::spawn(&s.producers, job(s, session, route, turn, slot, tee)).await;
+        let none: Option<&mut Producing<std::future::Ready<()>>> = None;
+        return answer(s, session, route, head, &owner, from_raw, none).await;
+    }
+    // A protocol-1 requester's task runs the producer itself, beside its reader; what remains
+    // when the reader is done goes on in a task of its own (`Producing`'s drop).
+    let (mut producing, head) =
+        producer::start(&s.producers, job(s, session, route, turn, slot, false));
+    let head = producing.beside(head).await;
+    answer(
+        s,
+        session,
+        route,
+        head,
+        &owner,
+        from_raw,
+        Some(&mut producing),
+    )
+    .await
+}
+
+/// Answers the requester from the producer's `head`; `producing`: the producer, when this task
+/// runs it.
+async fn answer<P: Future<Output = ()> + Send + 'static>(
+    s: &Shared,
+    session: &mut Session,
+    route: &Route,
+    head: Result<Head, RecvError>,
+    owner: &Owner,
+    from_raw: bool,
+    producing: Option<&mut Producing<P>>,
+) -> Handled {
+    match head {
         Err(_) | Ok(Head::Failed(_)) => Err(unreachable()),
         Ok(Head::Relay { header, upstream }) => {
             Ok(Box::pin(relay_upstream(session, s, header, upstream)).await)
@@ -97,7 +133,7 @@ pub(crate) async fn run_upstream(
             // A legacy requester: the upstream bytes unchanged, attached while it reads.
             let _attached = guard;
             let mut header = header;
-            add_token_headers(s, &mut header, &run, &owner);
+            add_token_headers(s, &mut header, &run, owner);
             s.cors.own(session.req_header(), &mut header);
             let limit = Some(s.cfg.server.write_timeout.0);
             Ok(Box::pin(relay(session, header, &mut Source::Tee(tee), limit)).await)
@@ -110,19 +146,22 @@ pub(crate) async fn run_upstream(
                 reader: Reader::Requester,
                 inject_ids: route.ids == Ids::Inject,
             };
-            serve_verbatim(s, session, &run, read, &owner).await
+            serve_verbatim(s, session, &run, read, owner).await
         }
         Ok(Head::Live {
             run,
             legacy: None,
             guard,
             ..
-        }) => {
-            if !write_sse_header(session, &s.cors, run.id()).await {
-                return Ok(Reply::Abort);
+        }) => match producing {
+            Some(p) => Ok(observe_fused(s, session, &run, guard, p).await),
+            None => {
+                if !write_sse_header(session, &s.cors, run.id()).await {
+                    return Ok(Reply::Abort);
+                }
+                Ok(observe(s, session, &run, Start::Fresh, Some(guard)).await)
             }
-            Ok(observe(s, session, &run, Start::Fresh, Some(guard)).await)
-        }
+        },
     }
 }
 
@@ -169,6 +208,7 @@ fn job(s: &Shared, session: &Session, route: &Route, turn: Turn, slot: Slot, tee
         max_duration: (!max.is_zero()).then_some(max),
         legacy: tee.then_some(s.cfg.limits.max_client_buffer_bytes),
         account,
+        handoff: None,
     }
 }
 

@@ -30,5 +30,6 @@ mod ops;
 mod owner_limits;
 mod readme;
 mod record;
+mod requester;
 mod routes;
 mod tls;
