@@ -243,6 +243,81 @@ mod tests {
         assert_eq!(bell.take().0.len(), 1);
     }
 
+    fn mirror() -> Arc<MemoryJournal> {
+        Arc::new(MemoryJournal::mirror(
+            &RunId::from("r"),
+            100,
+            None,
+            0,
+            Compactor::new(),
+            0,
+            false,
+        ))
+    }
+
+    #[test]
+    fn after_an_end_is_rung_no_entry_is_applied_until_the_stream_was_read_after_it() {
+        let j = mirror();
+        let bell = Bell::default();
+        bell.follow_on(Some((j.clone(), 0)));
+        bell.ring(Some(entry(1, 2)));
+        assert_eq!(
+            (j.head(), bell.hold()),
+            (2, None),
+            "applied where it arrives"
+        );
+        // The end; then a refused append's doorbell (seqs past that end), after the follower
+        // took the queue to read the stream.
+        bell.ring(Some(Bytes::from_static(b"end")));
+        let hold = bell.hold();
+        assert!(hold.is_some(), "an end holds the bell");
+        assert_eq!(bell.take().0.len(), 1);
+        bell.ring(Some(entry(3, 1)));
+        assert_eq!(j.head(), 2, "nothing past an end the follower has not read");
+        assert_eq!(
+            bell.take().0.len(),
+            1,
+            "queued for the follower, which reads the stream"
+        );
+        // A read that began before the hold does not release it; one after it does.
+        bell.release(hold.unwrap() - 1);
+        assert!(bell.hold().is_some());
+        bell.release(hold.unwrap());
+        bell.ring(Some(entry(3, 1)));
+        assert_eq!((j.head(), bell.hold()), (3, None));
+    }
+
+    #[test]
+    fn after_a_reconnect_the_bell_is_held_until_a_read_after_the_first_message() {
+        let j = mirror();
+        let bell = Bell::default();
+        bell.follow_on(Some((j.clone(), 0)));
+        bell.ring(None);
+        // Read before any message came back: an end rung meanwhile may be missing from it.
+        let before = bell.hold();
+        assert!(before.is_some());
+        let _ = bell.take();
+        bell.release(before.unwrap());
+        bell.ring(Some(entry(1, 1)));
+        assert_eq!(
+            j.head(),
+            0,
+            "the first message after a reconnect is not applied"
+        );
+        let after = bell.hold();
+        assert_ne!(after, before);
+        let _ = bell.take();
+        bell.release(before.unwrap());
+        assert_eq!(
+            bell.hold(),
+            after,
+            "only a read after that message releases"
+        );
+        bell.release(after.unwrap());
+        bell.ring(Some(entry(1, 2)));
+        assert_eq!(j.head(), 2);
+    }
+
     #[test]
     fn a_doorbell_carries_its_entry_and_an_end_or_old_doorbell_does_not() {
         let msg = Bytes::from_static(b"7 9 a b\x00c");
