@@ -2,14 +2,15 @@
 //! run per run, fed by one follower task; every local observer reads the mirror through the
 //! unchanged observer code.
 //!
-//! Handoff without gaps: the follower subscribes to the run's doorbell, waits for the
-//! acknowledgement and marks the run watched (the producer rings the doorbell only while some
-//! replica watches, [`scripts::WATCH`], refreshed every third of the lease) *before* it reads the
-//! checkpoint and the stream; the stream decides what exists and the doorbell only wakes (a poll
-//! of at most a second covers a lost one or a lapsed watch). A doorbell carries the entry the
-//! producer just appended: the push connection applies it to a mirror it follows on from
-//! ([`super::bell`]) without waking this task or reading the stream; anything else (an end, a
-//! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
+//! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
+//! acknowledgement *before* it reads the checkpoint and the stream (every append rings the
+//! doorbell, followed or not); the stream decides what exists and the doorbell only wakes (a
+//! poll of at most a second covers a lost one). A doorbell carries the entry the producer just
+//! appended: the push connection applies it to a mirror it follows on from ([`super::bell`])
+//! without waking this task or reading the stream, unless the bell is held (an end was rung, or
+//! the push connection was lost: a refused append's doorbell may carry seqs past an end);
+//! anything else (an end, a gap, dropped messages, a poll) wakes this task, which reads the
+//! stream, and a read that began after a hold releases it. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
 //! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a run the
 //! journal no longer has (Redis restarted empty, and no producer wrote it again) is ended

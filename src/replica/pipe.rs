@@ -165,6 +165,42 @@ fn short() -> redis::RedisError {
 /// Sends `batch` as one pipeline; script calls whose script Redis does not know are sent again
 /// after loading it.
 async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc<Health>) {
+    let (pipe, outs) = build(batch);
+    if outs.is_empty() {
+        return;
+    }
+    let answers: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
+    let total: usize = outs.iter().map(|o| o.n).sum();
+    let answers = match answers {
+        Ok(a) if a.len() == total => a,
+        other => {
+            let e = other.err().unwrap_or_else(short);
+            for o in outs {
+                let errs = (0..o.n).map(|_| Err(e.clone())).collect();
+                o.reply(errs, &jm, &health);
+            }
+            return;
+        }
+    };
+    let again = settle(&pipe, outs, answers, &jm, &health);
+    // Each script is loaded once, then its calls are sent again in order.
+    let mut loaded: Vec<&str> = Vec::new();
+    for (script, o, cmd) in again {
+        let load = match loaded.contains(&script.get_hash()) {
+            true => Ok(()),
+            false => script.load_async(&mut conn).await.map(drop),
+        };
+        loaded.push(script.get_hash());
+        let r = match load {
+            Ok(()) => cmd.query_async(&mut conn).await,
+            Err(e) => Err(e),
+        };
+        o.reply(vec![r], &jm, &health);
+    }
+}
+
+/// The pipeline of `batch`'s commands, and where each caller's answers go.
+fn build(batch: Vec<Work>) -> (Pipeline, Vec<Out>) {
     let mut pipe = Pipeline::with_capacity(batch.len() * 2);
     pipe.ignore_errors();
     let mut outs: Vec<Out> = Vec::with_capacity(batch.len());
@@ -191,54 +227,31 @@ async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc
             }
         }
     }
-    if outs.is_empty() {
-        return;
-    }
-    let answers: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
-    let total: usize = outs.iter().map(|o| o.n).sum();
-    let answers = match answers {
-        Ok(a) if a.len() == total => a,
-        Ok(_) => {
-            for o in outs {
-                let errs = (0..o.n).map(|_| Err(short())).collect();
-                o.reply(errs, &jm, &health);
-            }
-            return;
-        }
-        Err(e) => {
-            for o in outs {
-                let errs = (0..o.n).map(|_| Err(e.clone())).collect();
-                o.reply(errs, &jm, &health);
-            }
-            return;
-        }
-    };
+    (pipe, outs)
+}
+
+/// Hands each caller its answers; returns the script calls Redis did not know the script of,
+/// to send again after loading it.
+fn settle(
+    pipe: &Pipeline,
+    outs: Vec<Out>,
+    answers: Vec<RedisResult<Value>>,
+    jm: &JournalMetrics,
+    health: &Health,
+) -> Vec<(&'static Script, Out, Cmd)> {
     let mut answers = answers.into_iter();
     let mut cmds = pipe.cmd_iter();
     let mut again = Vec::new();
+    let noscript = |a: &RedisResult<Value>| matches!(a, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
     for o in outs {
         let a: Vec<_> = answers.by_ref().take(o.n).collect();
         let cmd = cmds.by_ref().take(o.n).last();
-        let noscript = |a: &RedisResult<Value>| matches!(a, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
         match (o.script, cmd) {
             (Some(script), Some(cmd)) if a.len() == 1 && a.iter().all(noscript) => {
                 again.push((script, o, cmd.clone()))
             }
-            _ => o.reply(a, &jm, &health),
+            _ => o.reply(a, jm, health),
         }
     }
-    // Each script is loaded once, then its calls are sent again in order.
-    let mut loaded: Vec<&str> = Vec::new();
-    for (script, o, cmd) in again {
-        let load = match loaded.contains(&script.get_hash()) {
-            true => Ok(()),
-            false => script.load_async(&mut conn).await.map(drop),
-        };
-        loaded.push(script.get_hash());
-        let r = match load {
-            Ok(()) => cmd.query_async(&mut conn).await,
-            Err(e) => Err(e),
-        };
-        o.reply(vec![r], &jm, &health);
-    }
+    again
 }
