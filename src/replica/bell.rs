@@ -1,6 +1,22 @@
 //! A doorbell's wake-up on the follower side ([`Bell`]) and the stream entry a doorbell
 //! carries (`<first> <last> <data>`): applied to the mirror where it arrives when it follows on,
 //! queued for the follower task otherwise.
+//!
+//! An append's `PUBLISH` runs even when Redis refused its `XADD` (no script ties them), so a
+//! doorbell may carry an entry the stream does not hold: a duplicate (the same producer's same
+//! seqs, bytes the stream holds) or seqs past the run's end (an ended or fenced writer's). Three
+//! rules keep such a doorbell from reaching a reader (docs/protocol.md, "The journal in Redis"):
+//! - Every end is rung (`end`) after it is written, and Redis ran that `PUBLISH` before any
+//!   `XADD` it then refused; one subscriber gets a channel's messages in order. So a message
+//!   that is not an entry *holds* the bell: nothing is applied where it arrives, nor from the
+//!   queue, until the follower has read the stream from a read that began after the hold (and
+//!   found no end: a follower that reads the end is done).
+//! - After the push connection was lost (or a cluster moved the channel), messages may have
+//!   been missed, an end's among them: the bell is held until the first message after it, and
+//!   released only by a stream read that began after that message arrived (any end written
+//!   before it is in that read; any end written after it is rung after it).
+//! - Seqs the mirror holds are skipped, and an entry that does not follow on is never applied
+//!   (the follower reads the stream, which never shows a hole).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +48,18 @@ pub(crate) struct Bell {
     sink: Mutex<Option<Sink>>,
     /// Doorbells applied directly since the follower last looked.
     applied: AtomicU64,
+    /// Whether doorbells may be applied before the follower reads the stream again.
+    hold: Mutex<Hold>,
+}
+
+/// A bell's hold (see the module's rules).
+#[derive(Default, Debug, Clone, Copy)]
+struct Hold {
+    /// Nothing is applied until a stream read that began after hold `gen` was set.
+    held: bool,
+    /// Messages may have been missed: held from the next message that arrives.
+    reconnecting: bool,
+    gen: u64,
 }
 
 /// Where a [`Bell`] applies the entries it carries: the mirror and its checkpoint's seq.
@@ -42,7 +70,19 @@ struct Sink {
 
 impl Bell {
     pub(super) fn ring(&self, msg: Option<Bytes>) {
-        if let Some(m) = &msg {
+        let free = {
+            let mut h = self.hold.lock();
+            match &msg {
+                None => h.reconnecting = true,
+                Some(m) if h.reconnecting || codec::decode_rung(m).is_none() => {
+                    (h.held, h.reconnecting) = (true, false);
+                    h.gen += 1;
+                }
+                Some(_) => {}
+            }
+            !h.held && !h.reconnecting
+        };
+        if let Some(m) = msg.as_ref().filter(|_| free) {
             if self.apply(m) {
                 return;
             }
@@ -87,6 +127,26 @@ impl Bell {
     pub(crate) fn take(&self) -> (Vec<Bytes>, bool) {
         let q = std::mem::take(&mut *self.queue.lock());
         (q, self.behind.swap(false, Ordering::Relaxed))
+    }
+
+    /// The hold to release after the next stream read (`None`: doorbells may be applied).
+    pub(crate) fn hold(&self) -> Option<u64> {
+        let h = *self.hold.lock();
+        match (h.held, h.reconnecting) {
+            (false, false) => None,
+            // Not releasable: the first message after the reconnect sets a newer hold.
+            (_, true) => Some(u64::MAX),
+            (true, false) => Some(h.gen),
+        }
+    }
+
+    /// A stream read that began after hold `gen` found the run live and the mirror whole:
+    /// doorbells may be applied again, unless a newer hold came meanwhile.
+    pub(crate) fn release(&self, gen: u64) {
+        let mut h = self.hold.lock();
+        if h.held && !h.reconnecting && h.gen == gen {
+            h.held = false;
+        }
     }
 
     /// How many doorbells were applied directly since the last call.
@@ -181,6 +241,81 @@ mod tests {
         assert_eq!(bell.take().0.len(), 2);
         bell.ring(Some(Bytes::from_static(b"end")));
         assert_eq!(bell.take().0.len(), 1);
+    }
+
+    fn mirror() -> Arc<MemoryJournal> {
+        Arc::new(MemoryJournal::mirror(
+            &RunId::from("r"),
+            100,
+            None,
+            0,
+            Compactor::new(),
+            0,
+            false,
+        ))
+    }
+
+    #[test]
+    fn after_an_end_is_rung_no_entry_is_applied_until_the_stream_was_read_after_it() {
+        let j = mirror();
+        let bell = Bell::default();
+        bell.follow_on(Some((j.clone(), 0)));
+        bell.ring(Some(entry(1, 2)));
+        assert_eq!(
+            (j.head(), bell.hold()),
+            (2, None),
+            "applied where it arrives"
+        );
+        // The end; then a refused append's doorbell (seqs past that end), after the follower
+        // took the queue to read the stream.
+        bell.ring(Some(Bytes::from_static(b"end")));
+        let hold = bell.hold();
+        assert!(hold.is_some(), "an end holds the bell");
+        assert_eq!(bell.take().0.len(), 1);
+        bell.ring(Some(entry(3, 1)));
+        assert_eq!(j.head(), 2, "nothing past an end the follower has not read");
+        assert_eq!(
+            bell.take().0.len(),
+            1,
+            "queued for the follower, which reads the stream"
+        );
+        // A read that began before the hold does not release it; one after it does.
+        bell.release(hold.unwrap() - 1);
+        assert!(bell.hold().is_some());
+        bell.release(hold.unwrap());
+        bell.ring(Some(entry(3, 1)));
+        assert_eq!((j.head(), bell.hold()), (3, None));
+    }
+
+    #[test]
+    fn after_a_reconnect_the_bell_is_held_until_a_read_after_the_first_message() {
+        let j = mirror();
+        let bell = Bell::default();
+        bell.follow_on(Some((j.clone(), 0)));
+        bell.ring(None);
+        // Read before any message came back: an end rung meanwhile may be missing from it.
+        let before = bell.hold();
+        assert!(before.is_some());
+        let _ = bell.take();
+        bell.release(before.unwrap());
+        bell.ring(Some(entry(1, 1)));
+        assert_eq!(
+            j.head(),
+            0,
+            "the first message after a reconnect is not applied"
+        );
+        let after = bell.hold();
+        assert_ne!(after, before);
+        let _ = bell.take();
+        bell.release(before.unwrap());
+        assert_eq!(
+            bell.hold(),
+            after,
+            "only a read after that message releases"
+        );
+        bell.release(after.unwrap());
+        bell.ring(Some(entry(1, 2)));
+        assert_eq!(j.head(), 2);
     }
 
     #[test]

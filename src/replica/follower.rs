@@ -2,14 +2,15 @@
 //! run per run, fed by one follower task; every local observer reads the mirror through the
 //! unchanged observer code.
 //!
-//! Handoff without gaps: the follower subscribes to the run's doorbell, waits for the
-//! acknowledgement and marks the run watched (the producer rings the doorbell only while some
-//! replica watches, [`scripts::WATCH`], refreshed every third of the lease) *before* it reads the
-//! checkpoint and the stream; the stream decides what exists and the doorbell only wakes (a poll
-//! of at most a second covers a lost one or a lapsed watch). A doorbell carries the entry the
-//! producer just appended: the push connection applies it to a mirror it follows on from
-//! ([`super::bell`]) without waking this task or reading the stream; anything else (an end, a
-//! gap, dropped messages, a poll) wakes this task, which reads the stream. A gap
+//! Handoff without gaps: the follower subscribes to the run's doorbell and waits for the
+//! acknowledgement *before* it reads the checkpoint and the stream (every append rings the
+//! doorbell, followed or not); the stream decides what exists and the doorbell only wakes (a
+//! poll of at most a second covers a lost one). A doorbell carries the entry the producer just
+//! appended: the push connection applies it to a mirror it follows on from ([`super::bell`])
+//! without waking this task or reading the stream, unless the bell is held (an end was rung, or
+//! the push connection was lost: a refused append's doorbell may carry seqs past an end);
+//! anything else (an end, a gap, dropped messages, a poll) wakes this task, which reads the
+//! stream, and a read that began after a hold releases it. A gap
 //! (trim, re-base, Redis restarted) re-seeds the mirror from the latest checkpoint. A run whose
 //! producer's lease lapsed is ended `owner_lost` by the first follower that notices; a run the
 //! journal no longer has (Redis restarted empty, and no producer wrote it again) is ended
@@ -139,7 +140,6 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
         return Some(run);
     }
     let bell = c.subscribe(&keys.bell).await.ok()?;
-    watch(c, &keys).await;
     let seed = match seed(c, &keys, run_id).await {
         Some(s) => s,
         None => {
@@ -174,19 +174,6 @@ async fn mirror(c: &Arc<Replica>, scope: &Scope, owner: Owner, run_id: &RunId) -
     c.jm.followers.inc();
     tokio::spawn(f.follow(bell, run.end().is_some()));
     Some(run)
-}
-
-/// Marks the run watched by this replica for a lease (quiet when Redis is down: the poll reads
-/// what a missing doorbell would have brought).
-async fn watch(c: &Replica, keys: &RunKeys) {
-    let mut conn = c.conn();
-    let _: redis::RedisResult<i64> = timed(
-        scripts::WATCH
-            .key(&keys.m)
-            .arg(c.cfg.lease.as_millis() as u64)
-            .invoke_async(&mut conn),
-    )
-    .await;
 }
 
 struct Seed {
@@ -244,18 +231,23 @@ enum Applied {
     Gap,
 }
 
+/// Applies stream entries in order: a batch only where it follows on (seqs the mirror holds are
+/// skipped; one past its head is a gap, never a hole shown), a re-base's marker skipped (the
+/// next batch says whether the mirror follows on), the end (at [`scripts::END_ID`], its seq in a
+/// field) only at the mirror's head.
 fn apply(j: &MemoryJournal, entries: &[Entry], ckpt: u64) -> Applied {
     for (id, fields) in entries {
-        let (seq, kind) = id.split_once('-').unwrap_or((id, "0"));
-        let seq: u64 = seq.parse().unwrap_or(0);
-        if kind == "1" {
-            let Some(end) = field(fields, b"end").and_then(|e| codec::decode_end(e, seq)) else {
-                return Applied::Gap;
+        if id == scripts::END_ID {
+            let seq = field(fields, b"seq").and_then(|s| std::str::from_utf8(s).ok()?.parse().ok());
+            let end =
+                seq.and_then(|seq| Some((seq, codec::decode_end(field(fields, b"end")?, seq)?)));
+            return match end {
+                Some((seq, end)) if j.head() == seq => Applied::End(end),
+                _ => Applied::Gap,
             };
-            if j.head() != seq {
-                return Applied::Gap;
-            }
-            return Applied::End(end);
+        }
+        if id.ends_with("-1") {
+            continue;
         }
         let first: u64 = field(fields, b"f")
             .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
@@ -299,10 +291,11 @@ async fn seed(c: &Replica, keys: &RunKeys, run_id: &RunId) -> Option<Seed> {
                 (d.len() >= 12).then(|| u64::from_le_bytes(d[4..12].try_into().unwrap_or([0; 8])))
             })
             .unwrap_or(ck.raw_end);
-        // A mirror's window starts where the stream does; its history is the checkpoint's.
+        // A mirror's window starts where the stream's batches do; its history is the
+        // checkpoint's.
         let first = entries
-            .first()
-            .and_then(|(_, f)| {
+            .iter()
+            .find_map(|(_, f)| {
                 std::str::from_utf8(field(f, b"f")?)
                     .ok()?
                     .parse::<u64>()
@@ -358,7 +351,6 @@ impl Follower {
 
     async fn follow(mut self, bell: Arc<Bell>, ended: bool) {
         let mut progress = Instant::now();
-        let mut watched = Instant::now();
         let mut done = ended;
         // A poll only when no doorbell came for a while (one was lost); doorbells the push
         // connection applied itself count as come.
@@ -371,19 +363,15 @@ impl Follower {
             };
             poll.as_mut().reset(Instant::now() + self.c.cfg.poll);
             let Some(run) = self.run.upgrade() else { break };
-            if watched.elapsed() >= self.c.cfg.lease / 3 {
-                // Off this task: a doorbell's entry is not held up behind the round trip.
-                let (c, keys) = (self.c.clone(), self.keys.clone());
-                tokio::spawn(async move { watch(&c, &keys).await });
-                watched = Instant::now();
-            }
             if !rung && bell.take_applied() > 0 {
                 progress = Instant::now();
                 continue;
             }
             let head = self.journal.head();
+            // Taken before the read: only a read that began after a hold releases it.
+            let hold = bell.hold();
             let (msgs, behind) = bell.take();
-            if rung && !behind && self.apply_rung(msgs) {
+            if rung && !behind && hold.is_none() && self.apply_rung(msgs) {
                 if self.journal.head() > head {
                     progress = Instant::now();
                 }
@@ -401,9 +389,6 @@ impl Follower {
                     continue;
                 }
                 Applied::Gap => {
-                    // Redis may have lost the run (and its watch) and the producer re-based.
-                    watch(&self.c, &self.keys).await;
-                    watched = Instant::now();
                     // Doorbells queue for this task until the mirror is whole again.
                     bell.follow_on(None);
                     if let Some(seed) = seed(&self.c, &self.keys, run.id()).await {
@@ -415,10 +400,18 @@ impl Follower {
                             run.done();
                             break;
                         }
+                        // A whole mirror from a read after the hold: it may be released.
+                        if let Some(g) = hold {
+                            bell.release(g);
+                        }
                     }
                     bell.follow_on(Some((self.journal.clone(), self.ckpt)));
                 }
-                Applied::More => {}
+                Applied::More => {
+                    if let Some(g) = hold {
+                        bell.release(g);
+                    }
+                }
             }
             if self.journal.head() > head {
                 progress = Instant::now();

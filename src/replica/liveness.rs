@@ -156,6 +156,7 @@ impl Replica {
                 .arg(run.as_str())
                 .arg("0")
                 .arg(self.publish_command())
+                .arg(0)
                 .invoke_async(conn),
         )
         .await?;

@@ -4,7 +4,8 @@
 //! lost the scripts). No timer: calls queue while up to [`IN_FLIGHT`] flushes are on the wire,
 //! so an idle replica adds no delay and a busy one sends few large writes. A lane has one call
 //! in flight and its answer is settled here (no hop back through the run's writer task); a
-//! writer's call is answered to the writer. Fencing and explicit ids live in the scripts.
+//! writer's call is answered to the writer. An append is two commands (`XADD` + `PUBLISH`, no
+//! script); fencing is by the stream ids and, on the rare path, in the scripts.
 
 pub(super) mod lane;
 
@@ -140,59 +141,51 @@ enum Answer {
     Lane(Arc<Lane>, Sent),
 }
 
-/// Sends `batch` as one pipeline; calls whose script Redis does not know are sent again after
-/// loading it.
-async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc<Health>) {
-    let mut pipe = Pipeline::with_capacity(batch.len());
-    pipe.ignore_errors();
-    let mut outs: Vec<(&'static Script, Answer)> = Vec::with_capacity(batch.len());
-    for w in batch {
-        match w {
-            Work::Call(c) => {
-                pipe.add_command(c.cmd);
-                outs.push((c.script, Answer::Call(c.tx)));
-            }
-            Work::Lane(lane) => {
-                if let Some((cmd, sent)) = lane.take() {
-                    pipe.add_command(cmd);
-                    outs.push((&scripts::APPEND, Answer::Lane(lane, sent)));
-                }
-            }
+/// One caller's commands in a flush: the script a `NOSCRIPT` answer loads (none for a lane's
+/// append, which runs no script), where the answers go, and how many commands it sent.
+struct Out {
+    script: Option<&'static Script>,
+    to: Answer,
+    n: usize,
+}
+
+impl Out {
+    fn reply(self, mut a: Vec<RedisResult<Value>>, jm: &JournalMetrics, health: &Health) {
+        match self.to {
+            Answer::Call(tx) => drop(tx.send(a.pop().unwrap_or_else(|| Err(short())))),
+            Answer::Lane(lane, sent) => lane.answered(sent, a, jm, health),
         }
     }
+}
+
+fn short() -> redis::RedisError {
+    (redis::ErrorKind::Io, "journal pipeline: short answer").into()
+}
+
+/// Sends `batch` as one pipeline; script calls whose script Redis does not know are sent again
+/// after loading it.
+async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc<Health>) {
+    let (pipe, outs) = build(batch);
     if outs.is_empty() {
         return;
     }
-    let reply = |to: Answer, a: RedisResult<Value>| match to {
-        Answer::Call(tx) => drop(tx.send(a)),
-        Answer::Lane(lane, sent) => lane.answered(sent, a, &jm, &health),
-    };
     let answers: RedisResult<Vec<RedisResult<Value>>> = pipe.query_async(&mut conn).await;
+    let total: usize = outs.iter().map(|o| o.n).sum();
     let answers = match answers {
-        Ok(a) if a.len() == outs.len() => a,
-        Ok(_) => {
-            let e = || (redis::ErrorKind::Io, "journal pipeline: short answer").into();
-            outs.into_iter().for_each(|(_, to)| reply(to, Err(e())));
-            return;
-        }
-        Err(e) => {
-            outs.into_iter()
-                .for_each(|(_, to)| reply(to, Err(e.clone())));
+        Ok(a) if a.len() == total => a,
+        other => {
+            let e = other.err().unwrap_or_else(short);
+            for o in outs {
+                let errs = (0..o.n).map(|_| Err(e.clone())).collect();
+                o.reply(errs, &jm, &health);
+            }
             return;
         }
     };
-    let mut again = Vec::new();
-    for ((out, a), cmd) in outs.into_iter().zip(answers).zip(pipe.cmd_iter()) {
-        match a {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                again.push((out, cmd.clone()))
-            }
-            a => reply(out.1, a),
-        }
-    }
+    let again = settle(&pipe, outs, answers, &jm, &health);
     // Each script is loaded once, then its calls are sent again in order.
     let mut loaded: Vec<&str> = Vec::new();
-    for ((script, to), cmd) in again {
+    for (script, o, cmd) in again {
         let load = match loaded.contains(&script.get_hash()) {
             true => Ok(()),
             false => script.load_async(&mut conn).await.map(drop),
@@ -202,6 +195,63 @@ async fn flush(mut conn: Conn, batch: Vec<Work>, jm: JournalMetrics, health: Arc
             Ok(()) => cmd.query_async(&mut conn).await,
             Err(e) => Err(e),
         };
-        reply(to, r);
+        o.reply(vec![r], &jm, &health);
     }
+}
+
+/// The pipeline of `batch`'s commands, and where each caller's answers go.
+fn build(batch: Vec<Work>) -> (Pipeline, Vec<Out>) {
+    let mut pipe = Pipeline::with_capacity(batch.len() * 2);
+    pipe.ignore_errors();
+    let mut outs: Vec<Out> = Vec::with_capacity(batch.len());
+    for w in batch {
+        match w {
+            Work::Call(c) => {
+                pipe.add_command(c.cmd);
+                let (script, to) = (Some(c.script), Answer::Call(c.tx));
+                outs.push(Out { script, to, n: 1 });
+            }
+            Work::Lane(lane) => {
+                if let Some((cmds, sent)) = lane.take() {
+                    let n = cmds.len();
+                    let script = (n == 1).then_some(&*scripts::REFUSED);
+                    for c in cmds {
+                        pipe.add_command(c);
+                    }
+                    outs.push(Out {
+                        script,
+                        to: Answer::Lane(lane, sent),
+                        n,
+                    });
+                }
+            }
+        }
+    }
+    (pipe, outs)
+}
+
+/// Hands each caller its answers; returns the script calls Redis did not know the script of,
+/// to send again after loading it.
+fn settle(
+    pipe: &Pipeline,
+    outs: Vec<Out>,
+    answers: Vec<RedisResult<Value>>,
+    jm: &JournalMetrics,
+    health: &Health,
+) -> Vec<(&'static Script, Out, Cmd)> {
+    let mut answers = answers.into_iter();
+    let mut cmds = pipe.cmd_iter();
+    let mut again = Vec::new();
+    let noscript = |a: &RedisResult<Value>| matches!(a, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript));
+    for o in outs {
+        let a: Vec<_> = answers.by_ref().take(o.n).collect();
+        let cmd = cmds.by_ref().take(o.n).last();
+        match (o.script, cmd) {
+            (Some(script), Some(cmd)) if a.len() == 1 && a.iter().all(noscript) => {
+                again.push((script, o, cmd.clone()))
+            }
+            _ => o.reply(a, jm, health),
+        }
+    }
+    again
 }

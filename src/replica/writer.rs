@@ -239,11 +239,15 @@ impl Writer {
             .await;
     }
 
-    /// The lease tick of a live run: TTLs refreshed, a stop flag or a foreign end noticed.
+    /// The lease tick of a live run: TTLs refreshed, a stop flag or a foreign end noticed, and
+    /// the stream's `entries-added` compared with the appends Redis confirmed before the call:
+    /// fewer means Redis lost entries (a failover, a restore from older data) and later appends
+    /// may sit above a hole, so the run is re-based (docs/protocol.md, "The journal in Redis").
     async fn lease_tick(&mut self) {
         if !self.live {
             return;
         }
+        let confirmed = self.core.lane.added();
         let k = &self.keys;
         let r = self
             .call(
@@ -258,6 +262,17 @@ impl Writer {
             Ok(v) => match v.first().map(|b| &b[..]) {
                 Some(b"ok") => {
                     self.stop_flag(v.get(1));
+                    let added = v
+                        .get(2)
+                        .and_then(|n| std::str::from_utf8(n).ok()?.parse().ok());
+                    if added.is_some_and(|n: i64| n >= 0 && (n as u64) < confirmed) {
+                        log::warn!(
+                            "run {}: the shared journal lost entries Redis had confirmed; \
+                             re-based",
+                            self.run.id()
+                        );
+                        self.core.lane.lost.store(true, Ordering::Relaxed);
+                    }
                     self.index_ids().await;
                 }
                 Some(b"missing") => self.core.lane.lost.store(true, Ordering::Relaxed),
@@ -292,7 +307,7 @@ impl Writer {
         let k = &self.keys;
         let r = self
             .call(
-                Inv::new(&scripts::CHECKPOINT, &[&k.m, &k.k])
+                Inv::new(&scripts::CHECKPOINT, &[&k.m, &k.k, &k.s])
                     .arg(&self.cluster.lease)
                     .arg(cap.seq)
                     .arg(&value[..])

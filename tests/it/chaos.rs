@@ -6,8 +6,11 @@
 //! tabs join the turn by its run id. Meanwhile a schedule injects, one at a time: Redis paused
 //! (SIGSTOP) for twice the lease, one replica's Redis link partitioned while its clients stay
 //! connected, Redis restarted empty, the binary replica SIGSTOPped then resumed (it must be
-//! fenced), 50-200 ms of latency on Redis links, and a replica's backend connections reset
-//! mid-turn.
+//! fenced), 50-200 ms of latency on Redis links, a replica's backend connections reset
+//! mid-turn, a producing replica's appends held in a partition until a reaper ended its runs
+//! and then delivered (Redis must refuse them by their stream ids), and the same while another
+//! replica's push connection is cut across the ends' doorbells. After the turns, every run's
+//! stream in Redis must be whole: no batch over a hole, nothing past an end.
 //!
 //! The backend's answer to each turn is deterministic from (seed, owner, chat, turn), and every
 //! event carries a marker `owner/chat/turn/g<generation>/<index>`. Every observer is checked on
@@ -36,6 +39,7 @@
 
 mod observer;
 mod schedule;
+mod streams;
 mod world;
 
 use std::collections::BTreeMap;
@@ -303,6 +307,17 @@ async fn chaos_every_observer_gets_the_whole_answer_once_or_an_explicit_end() {
         {
             w.violation("a chat did not finish its turn".into());
         }
+    }
+    // Every run's stream in Redis is whole: no batch over a hole, nothing past an end.
+    let (faults, streams) = {
+        let redis = redis.clone();
+        tokio::task::spawn_blocking(move || streams::all_stream_faults(&redis.lock()))
+            .await
+            .unwrap()
+    };
+    w.add("streams_checked", streams);
+    for f in faults {
+        w.violation(format!("stream: {f}"));
     }
     for (turn, n) in w.gens.lock().iter() {
         if *n > 1 {

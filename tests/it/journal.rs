@@ -7,6 +7,7 @@
 mod cluster;
 mod dialects;
 mod doorbells;
+mod fencing;
 mod lost;
 mod mirrors;
 mod one_end;

@@ -29,6 +29,9 @@ impl Gate {
     pub fn open(&self) {
         self.0.send_replace(true);
     }
+    pub fn is_open(&self) -> bool {
+        *self.0.borrow()
+    }
     async fn wait(&self) {
         let mut rx = self.0.subscribe();
         let _ = rx.wait_for(|o| *o).await;

@@ -111,6 +111,21 @@ impl RedisServer {
         cmd.query(&mut conn).unwrap()
     }
 
+    /// The head of the run whose meta hash is `meta`: its stream's top entry's seq (a batch's
+    /// last seq, or a re-base's), as the journal reads it; `None` while the stream has none
+    /// (or only its end).
+    pub fn stream_head(&self, meta: &str) -> Option<u64> {
+        let s = format!("{}s", meta.strip_suffix('m')?);
+        let top: Vec<(String, Vec<Vec<u8>>)> =
+            self.query(&["XREVRANGE", &s, "+", "-", "COUNT", "1"]);
+        let (id, _) = top.into_iter().next()?;
+        id.split_once('-')?
+            .0
+            .parse()
+            .ok()
+            .filter(|&n: &u64| n != u64::MAX)
+    }
+
     /// The server's PID while it runs (to pause it with SIGSTOP).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

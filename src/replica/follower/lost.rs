@@ -96,6 +96,8 @@ impl Follower {
                 .arg(run_id.as_str())
                 .arg(codec::encode_end(&lost))
                 .arg(self.c.retention.as_millis() as u64)
+                .arg(&self.keys.bell)
+                .arg(self.c.publish_command())
                 .invoke_async(conn),
         )
         .await;

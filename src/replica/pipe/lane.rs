@@ -1,9 +1,21 @@
 //! A run's append lane: the recorder encodes each batch straight into it (no hop through the
-//! run's writer task) and the replica's write pipeline ([`super`]) sends what it holds as
-//! one `APPEND` call with explicit stream ids. One call in flight per run; batches recorded
-//! meanwhile are coalesced into the next. The pipeline settles the answer itself; the writer
-//! task is woken only for what it handles: opening the lane (go-live, re-base), trouble (a
-//! failed or refused call), a stop flag, a checkpoint due.
+//! run's writer task) and the replica's write pipeline ([`super`]) sends what it holds as one
+//! append without a script: `XADD <s> NOMKSTREAM MINID ~ <minid> <last>-0 f <first> d <data>`
+//! pipelined with `PUBLISH <bell> "<first> <last> <data>"`. One append in flight per run;
+//! batches recorded meanwhile are coalesced into the next. The pipeline settles the answer
+//! itself; the writer task is woken only for what it handles: opening the lane (go-live,
+//! re-base), trouble (a failed or refused append), a stop flag, a checkpoint due.
+//!
+//! Fencing is by the stream id (docs/protocol.md, "The journal in Redis"): Redis itself refuses
+//! an `XADD` whose id is not above the stream's top, so an append after the run's end (the
+//! entry at the highest id) or below a re-base's marker is refused, and `NOMKSTREAM` refuses one
+//! to a stream Redis lost. A refused append (the rare path) sends [`scripts::REFUSED`], which
+//! says why: a duplicate (taken as written), an end or a newer lease (the writer reads the
+//! stored end), a lost run or lost entries (the writer re-bases). Its `PUBLISH` ran anyway: the
+//! followers' rules make that doorbell harmless ([`crate::replica::bell`]). The lane counts the
+//! entries its appends added to the stream (from the count the go-live or re-base answered): a
+//! lease tick or the end that finds fewer in Redis (`entries-added`) has found a hole Redis left
+//! under later appends (a failover, a restore from older data), and the writer re-bases.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -14,10 +26,13 @@ use redis::{Cmd, RedisResult, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+mod cmds;
+
 use super::Work;
 use crate::journal::raw::Frame;
 use crate::record::format::Event;
 use crate::replica::{codec, scripts, Health, JournalMetrics, WriteResult};
+use cmds::{append_cmds, appended, outcome, Appended};
 
 /// Bytes a lane holds unsent at most (a call's time of a fast stream, or a go-live's); past
 /// that the run degrades (it re-bases).
@@ -55,6 +70,11 @@ struct St {
     in_flight: bool,
     /// The last seq Redis has.
     head: u64,
+    /// The stream's `entries-added` once every confirmed append landed: the go-live's or
+    /// re-base's count plus one per append Redis took.
+    added: u64,
+    /// A refused append (`first`, `last`) whose reason [`scripts::REFUSED`] is asked next.
+    why: Option<(u64, u64)>,
     /// The last checkpoint's seq (the stream keeps everything after it).
     ckpt: u64,
     /// Encoded entries (`u32 len` + batch each) covering seqs `first..=last`, not sent yet.
@@ -92,6 +112,8 @@ pub(crate) struct Sent {
     last: u64,
     len: usize,
     at: Instant,
+    /// The rare path's [`scripts::REFUSED`] call, not an append.
+    why: bool,
 }
 
 impl Lane {
@@ -145,11 +167,35 @@ impl Lane {
         }
     }
 
-    /// The `APPEND` call of what the lane holds (`None` when it holds nothing to send: the
-    /// call in flight is over).
-    pub(crate) fn take(&self) -> Option<(Cmd, Sent)> {
+    /// The commands of what the lane holds: an append (`XADD` + `PUBLISH`), or the rare path's
+    /// [`scripts::REFUSED`] after a refused one; `None` when it holds nothing to send (the call
+    /// in flight is over).
+    pub(crate) fn take(&self) -> Option<(Vec<Cmd>, Sent)> {
         let t = self.target.get()?;
         let mut st = self.st.lock();
+        if let Some((first, last)) = st.why.take() {
+            let mut cmd = Cmd::with_capacity(8, 256);
+            cmd.arg("EVALSHA")
+                .arg(scripts::REFUSED.get_hash())
+                .arg(2)
+                .arg(&t.m)
+                .arg(&t.s)
+                .arg(&t.lease)
+                .arg(first)
+                .arg(last);
+            let at = Instant::now();
+            let why = true;
+            return Some((
+                vec![cmd],
+                Sent {
+                    first,
+                    last,
+                    len: 0,
+                    at,
+                    why,
+                },
+            ));
+        }
         if !st.open || st.data.is_empty() || st.first != st.head + 1 {
             st.in_flight = false;
             if st.open && !st.data.is_empty() {
@@ -163,50 +209,69 @@ impl Lane {
         }
         let (first, last) = (st.first, st.last);
         let minid = (last + 1).saturating_sub(t.window).min(st.ckpt + 1).max(1);
-        let mut cmd = Cmd::with_capacity(12, call_size(t, st.data.len()));
-        cmd.arg("EVALSHA")
-            .arg(scripts::APPEND.get_hash())
-            .arg(2)
-            .arg(&t.m)
-            .arg(&t.s)
-            .arg(&t.lease)
-            .arg(first)
-            .arg(last)
-            .arg(&st.data[..])
-            .arg(minid)
-            .arg(&t.bell)
-            .arg(t.publish);
+        let cmds = append_cmds(t, first, last, minid, &st.data);
         let len = st.data.len();
         st.data.clear();
+        let at = st.queued.take().unwrap_or_else(Instant::now);
         Some((
-            cmd,
+            cmds,
             Sent {
                 first,
                 last,
                 len,
-                at: st.queued.take().unwrap_or_else(Instant::now),
+                at,
+                why: false,
             },
         ))
     }
 
-    /// Settles the answer to the call that sent `sent`; sends the lane again when more came
-    /// meanwhile.
+    /// Settles the answers to the commands that sent `sent`; sends the lane again when more
+    /// came meanwhile, or the rare path's call after a refused append.
     pub(crate) fn answered(
         self: &Arc<Self>,
         sent: Sent,
-        r: RedisResult<Value>,
+        r: Vec<RedisResult<Value>>,
         jm: &JournalMetrics,
         health: &Health,
     ) {
+        let first = r
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err((redis::ErrorKind::Io, "journal pipeline: no answer").into()));
+        let (result, flag, added) = match sent.why {
+            true => {
+                health.record(&first);
+                let (result, flag) = outcome(&first);
+                (result, flag, false)
+            }
+            false => match appended(&first) {
+                Appended::Taken => (WriteResult::Ok, Some(Bytes::new()), true),
+                Appended::Refused => {
+                    // Redis answered: the rare path asks why, the lane stays in flight.
+                    health.record(&Ok::<(), redis::RedisError>(()));
+                    self.st.lock().why = Some((sent.first, sent.last));
+                    self.kick();
+                    return;
+                }
+                Appended::Failed => {
+                    health.record(&first);
+                    (outcome(&first).0, None, false)
+                }
+            },
+        };
         jm.write_seconds.observe(sent.at.elapsed().as_secs_f64());
-        let (result, flag) = outcome(&r);
         jm.writes.inc(result);
-        health.record(&r);
+        self.settle(sent, result, flag, added);
+    }
+
+    /// Applies the result of `sent` to the lane's state (see [`Self::answered`]).
+    fn settle(self: &Arc<Self>, sent: Sent, result: WriteResult, flag: Option<Bytes>, added: bool) {
         let mut st = self.st.lock();
         let mut wake = false;
         let again = match result {
             WriteResult::Ok if flag.is_some() => {
                 st.head = st.head.max(sent.last);
+                st.added += u64::from(added);
                 st.since_events += sent.last + 1 - sent.first;
                 st.since_bytes += sent.len;
                 let half = (self.target.get().map_or(2, |t| t.window) / 2).max(1);
@@ -263,11 +328,14 @@ impl Lane {
     }
 
     /// Opens the lane at `head` (the run is written in Redis there, with its checkpoint at
-    /// `ckpt` whose value was `ckpt_len` bytes) and sends what it holds.
-    pub(crate) fn open(self: &Arc<Self>, head: u64, ckpt: u64, ckpt_len: usize) {
+    /// `ckpt` whose value was `ckpt_len` bytes, and the stream's `entries-added` was `added`)
+    /// and sends what it holds.
+    pub(crate) fn open(self: &Arc<Self>, head: u64, ckpt: u64, ckpt_len: usize, added: u64) {
         let mut st = self.st.lock();
         st.open = true;
         st.head = head;
+        st.added = added;
+        st.why = None;
         st.trouble = None;
         st.ckpt = ckpt;
         (st.since_events, st.since_bytes) = (0, 0);
@@ -289,6 +357,11 @@ impl Lane {
         st.ckpt = seq;
         (st.since_events, st.since_bytes) = (0, 0);
         st.ckpt_bytes = (64 << 10).max(len / 2);
+    }
+
+    /// The stream's `entries-added` as the appends Redis confirmed left it.
+    pub(crate) fn added(&self) -> u64 {
+        self.st.lock().added
     }
 
     /// Whether a checkpoint is due.
@@ -340,124 +413,5 @@ impl Lane {
                 return None;
             }
         }
-    }
-}
-
-/// Bytes of arguments an `APPEND` call of `data` bytes has at most: the call's buffer gets them
-/// all up front, so the batch is copied into it once (a short estimate had the buffer grow, and
-/// copy the batch again, on every call).
-fn call_size(t: &Target, data: usize) -> usize {
-    // EVALSHA, the hash, the key count, three numbers (first, last, minid) of 20 digits at most.
-    "EVALSHA".len()
-        + scripts::APPEND.get_hash().len()
-        + 1
-        + 3 * 20
-        + t.m.len()
-        + t.s.len()
-        + t.lease.len()
-        + data
-        + t.bell.len()
-        + t.publish.len()
-}
-
-/// How an `APPEND` answer counts, and its stop flag when it was taken (`ok`/`dup`; the integer 1
-/// is `ok` without a flag).
-fn outcome(r: &RedisResult<Value>) -> (WriteResult, Option<Bytes>) {
-    let v = match r {
-        Ok(Value::Int(1)) => return (WriteResult::Ok, Some(Bytes::new())),
-        Ok(Value::Array(v)) => v,
-        Err(e) if crate::replica::refuses_writes(e) => return (WriteResult::Refused, None),
-        _ => return (WriteResult::Error, None),
-    };
-    let text = |i: usize| match v.get(i) {
-        Some(Value::BulkString(b)) => Some(&b[..]),
-        Some(Value::SimpleString(s)) => Some(s.as_bytes()),
-        _ => None,
-    };
-    match text(0) {
-        Some(b"ok") | Some(b"dup") => (
-            WriteResult::Ok,
-            Some(Bytes::copy_from_slice(text(1).unwrap_or_default())),
-        ),
-        Some(b"ended") => (WriteResult::Ended, None),
-        Some(b"fenced") => (WriteResult::Fenced, None),
-        // `gap`, `missing`: Redis took nothing; the writer re-bases.
-        _ => (WriteResult::Ok, None),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_append_call_is_built_without_its_buffer_growing() {
-        let lane = Arc::new(Lane::default());
-        let key = |k: &str| format!("tj:{{s:chat-0123456789abcdef:run-0123456789abcdef}}:{k}");
-        lane.target(Target {
-            m: key("m"),
-            s: key("s"),
-            bell: key("bell"),
-            publish: "PUBLISH",
-            lease: "0123456789abcdef".into(),
-            window: 1000,
-            pipe: mpsc::unbounded_channel().0,
-        });
-        lane.open(0, 0, 0);
-        let ev = Event::verbatim(
-            Bytes::from_static(b"{\"type\":\"text-delta\",\"delta\":\"abcd\"}"),
-            0..0,
-            0..0,
-        );
-        lane.push(1, std::slice::from_ref(&ev), 0, &[]);
-        let Some((cmd, _)) = lane.take() else {
-            panic!("the lane holds a batch to send");
-        };
-        let used: usize = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => b.len(),
-                _ => 0,
-            })
-            .sum();
-        let Some(t) = lane.target.get() else {
-            panic!("the lane has its target");
-        };
-        let mut batch = BytesMut::new();
-        codec::encode_batch(&mut batch, std::slice::from_ref(&ev), 0, &[]);
-        let room = call_size(t, 4 + batch.len());
-        assert!(
-            used <= room,
-            "{used} bytes of arguments in a buffer of {room}: it grows on every call"
-        );
-    }
-
-    fn bulk(s: &str) -> Value {
-        Value::BulkString(s.as_bytes().to_vec())
-    }
-
-    #[test]
-    fn an_append_answer_counts_its_result_and_carries_the_stop_flag() {
-        let ok = |r: Value| outcome(&Ok(r));
-        assert_eq!(
-            ok(Value::Int(1)),
-            (WriteResult::Ok, Some(Bytes::new())),
-            "the integer answer: written, no stop flag"
-        );
-        assert_eq!(
-            ok(Value::Array(vec![bulk("ok"), bulk("cancelled")])),
-            (WriteResult::Ok, Some(Bytes::from_static(b"cancelled")))
-        );
-        assert_eq!(
-            ok(Value::Array(vec![bulk("dup"), bulk("")])),
-            (WriteResult::Ok, Some(Bytes::new()))
-        );
-        assert_eq!(ok(Value::Array(vec![bulk("gap")])), (WriteResult::Ok, None));
-        assert_eq!(
-            ok(Value::Array(vec![bulk("fenced")])).0,
-            WriteResult::Fenced
-        );
-        assert_eq!(ok(Value::Array(vec![bulk("ended")])).0, WriteResult::Ended);
-        assert_eq!(ok(Value::Int(0)).0, WriteResult::Error);
     }
 }

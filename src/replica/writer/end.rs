@@ -101,8 +101,9 @@ impl Writer {
             Some(b"ended") => return self.settle_stored(answer.as_deref().unwrap_or_default()),
             // A newer lease owns the run: its end (or `owner_lost`) is the run's.
             Some(b"fenced") => return self.fetch_end().await,
-            // Redis lost the run (restarted empty): re-base, then end it.
-            Some(b"missing") => self.core.lane.lost.store(true, Ordering::Relaxed),
+            // Redis lost the run (restarted empty) or entries under later appends: re-base, then
+            // end it.
+            Some(b"missing" | b"gap") => self.core.lane.lost.store(true, Ordering::Relaxed),
             _ => {}
         }
         if Instant::now() >= deadline {
@@ -148,7 +149,8 @@ impl Writer {
                 .arg(&self.keys.bell)
                 .arg(self.run.id().as_str())
                 .arg(if self.run.is_producing() { "1" } else { "0" })
-                .arg(self.cluster.publish_command()),
+                .arg(self.cluster.publish_command())
+                .arg(self.core.lane.added().max(1)),
         )
         .await
     }

@@ -90,6 +90,10 @@ impl Writer {
     /// Redis has the run (again) at `seq`, with a checkpoint of `ckpt_len` bytes; `ended`
     /// when the end this replica's readers got went with it.
     async fn went_live(&mut self, v: &[Bytes], seq: u64, ckpt_len: usize, ended: bool) {
+        let added = v
+            .get(2)
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<i64>().ok())
+            .map_or(0, |n| n.max(0) as u64);
         if v.first().map(|b| &b[..]) == Some(b"older") {
             // This run's request came before the chat's current one's (its go-live reached
             // Redis late): it stays readable by its id but does not take the chat, and, still
@@ -113,7 +117,7 @@ impl Writer {
         }
         self.live = true;
         mark_journaled(&self.run);
-        self.core.lane.open(seq, seq, ckpt_len);
+        self.core.lane.open(seq, seq, ckpt_len, added);
         self.index_ids().await;
         if ended {
             // Written with the run: the end its readers got is the run's end.

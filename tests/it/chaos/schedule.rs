@@ -12,6 +12,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use tokio::time::Instant;
 
+use super::streams::run_stream_faults;
 use super::world::{World, LEASE, NAMES};
 use crate::support::{Fault, FaultProxy, RedisServer};
 
@@ -38,16 +39,25 @@ pub enum Kind {
     RedisLatency,
     /// Every connection of one replica to the backend reset, mid-turn.
     BackendReset,
+    /// A producing replica's Redis link stalls until a reaper has ended its live runs, then
+    /// delivers what it held: appends (each an `XADD` and its doorbell) past the ends, which
+    /// Redis must refuse by their ids and no follower may show.
+    HeldPastEnd,
+    /// As [`Kind::HeldPastEnd`], and another replica's push connection is cut while the ends
+    /// are rung (it misses their doorbells) and back before the held appends' doorbells come.
+    EndMissedByFollower,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::RedisPaused,
         Kind::Partitioned,
         Kind::RedisRestarted,
         Kind::ReplicaStopped,
         Kind::RedisLatency,
         Kind::BackendReset,
+        Kind::HeldPastEnd,
+        Kind::EndMissedByFollower,
     ];
 
     /// Whether it can stall a producer's own stream.
@@ -63,6 +73,8 @@ impl Kind {
             Kind::ReplicaStopped => "replica_stopped",
             Kind::RedisLatency => "redis_latency",
             Kind::BackendReset => "backend_reset",
+            Kind::HeldPastEnd => "appends_held_past_the_end",
+            Kind::EndMissedByFollower => "end_missed_by_a_follower",
         }
     }
 }
@@ -156,6 +168,8 @@ impl Schedule {
                 String::new()
             }
             Kind::ReplicaStopped => self.stop_binary().await,
+            Kind::HeldPastEnd => self.held_past_end(kind, false).await,
+            Kind::EndMissedByFollower => self.held_past_end(kind, true).await,
             Kind::RedisLatency => {
                 let n = self.rng.gen_range(1..=self.links.len());
                 let mut which: Vec<usize> = (0..self.links.len()).collect();
@@ -246,6 +260,68 @@ impl Schedule {
                      now {:?} {end}",
                     fields[0]
                 ));
+            }
+        }
+        what
+    }
+
+    /// Stalls a busy replica's Redis link until a reaper ended its live runs, then delivers what
+    /// it held (`away`: another replica is cut off from Redis meanwhile, and back first). Each
+    /// of those runs must stay ended, with no batch of its stream past its end or over a hole.
+    async fn held_past_end(&mut self, kind: Kind, away: bool) -> String {
+        let w = self.w.clone();
+        let p = self.busy_replica(None).await;
+        let f = (p + self.rng.gen_range(1..self.links.len())) % self.links.len();
+        w.fault_begins(kind.name(), kind.local());
+        self.links[p].redis.set(Fault::Stall);
+        if away {
+            self.links[f].redis.set(Fault::Refuse);
+            self.links[f].redis.reset();
+        }
+        // What it had written before the stall has landed by now.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let live: Vec<String> = self
+            .journal_runs(NAMES[p], "live")
+            .await
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        let t0 = Instant::now();
+        let mut reaped = false;
+        while !reaped && t0.elapsed() < 4 * LEASE {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            reaped = true;
+            for k in &live {
+                reaped &= self.hmget(k, &["state"]).await[0].as_deref() == Some("ended");
+            }
+        }
+        if away {
+            self.links[f].redis.heal();
+            tokio::time::sleep(LEASE / 2).await;
+        }
+        self.links[p].redis.heal();
+        w.fault_heals();
+        w.add("fence.held_past_the_end_runs", live.len() as u64);
+        let what = format!(
+            "replica {} with {} live runs (reaped: {reaped}; {} away: {away})",
+            NAMES[p],
+            live.len(),
+            NAMES[f]
+        );
+        // The held appends land now; give them a while to (wrongly) write past the ends.
+        tokio::time::sleep(LEASE).await;
+        let redis = self.redis.clone();
+        let keys = live.clone();
+        let faults = tokio::task::spawn_blocking(move || run_stream_faults(&redis.lock(), &keys))
+            .await
+            .unwrap();
+        for v in faults {
+            w.violation(format!("after appends held past the end: {v}"));
+        }
+        for k in &live {
+            let state = self.hmget(k, &["state"]).await.remove(0);
+            if reaped && state.as_deref() != Some("ended") {
+                w.violation(format!("run {k} was ended, and is now {state:?}"));
             }
         }
         what

@@ -180,10 +180,7 @@ async fn through_nginx_a_crashed_producer_replica_ends_the_turn_owner_lost_on_th
     // The producer never waits for Redis: what it streamed reaches the journal just after. A
     // crash before that loses it; this test crashes it once the three events are journaled.
     eventually("the three events are journaled", || {
-        redis
-            .query::<Option<String>>(&["HGET", &meta, "head"])
-            .as_deref()
-            == Some("3")
+        redis.stream_head(&meta) == Some(3)
     })
     .await;
     let producer: String = redis.query(&["HGET", &meta, "producer"]);

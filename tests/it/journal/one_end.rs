@@ -53,6 +53,7 @@ pub(super) fn reap(redis: &RedisServer, run: &str) {
         .arg(run)
         .arg("0")
         .arg("PUBLISH")
+        .arg(0)
         .invoke(&mut conn)
         .unwrap();
     assert_eq!(answer.first().map(String::as_str), Some("ok"));
@@ -82,10 +83,7 @@ async fn the_end_redis_took_first_is_every_readers_end_the_producers_too() {
     let mut watcher = post(b.addr, "/chat/live", &chat("c")).await;
     assert_eq!(watcher.frame().await.unwrap().json["run_id"], json!(run));
     eventually("every batch is in Redis", || {
-        redis
-            .query::<Option<String>>(&["HGET", &meta_key(&redis, &run), "head"])
-            .as_deref()
-            == Some(events.len().to_string().as_str())
+        redis.stream_head(&meta_key(&redis, &run)) == Some(events.len() as u64)
     })
     .await;
 
