@@ -22,6 +22,15 @@ impl Frame {
     }
 }
 
+/// The seqs of the `STREAM_EVENT` frames among `frames`, in order.
+pub fn event_seqs(frames: &[Frame]) -> Vec<u64> {
+    frames
+        .iter()
+        .filter(|f| f.ty() == "STREAM_EVENT")
+        .map(Frame::seq)
+        .collect()
+}
+
 /// The frame in one SSE block (`id:` and `data:` lines up to the blank line); `None` for a block
 /// without data (a comment). Panics when the data is not JSON.
 pub fn parse_frame(block: &str) -> Option<Frame> {

@@ -29,7 +29,7 @@ pub use backend::{
 };
 pub use client::{close_with_rst, parse_head, post, request, request_on, try_request, Head, Resp};
 pub use faults::{Fault, FaultProxy};
-pub use frames::{parse_frame, Frame, Reduced};
+pub use frames::{event_seqs, parse_frame, Frame, Reduced};
 pub use https::{https1, tls_connect, H2Resp, H2};
 pub use otlp::{export_requests, hex, otlp_collector, received_spans, span_attr};
 pub use redis::{free_port, JournalRedis, RedisCluster, RedisServer};

@@ -25,15 +25,6 @@ async fn frames_upto(r: &mut Resp, upto: u64) -> Vec<Frame> {
     out
 }
 
-/// The seqs of the `STREAM_EVENT` frames among `frames`, in order.
-fn event_seqs(frames: &[Frame]) -> Vec<u64> {
-    frames
-        .iter()
-        .filter(|f| f.ty() == "STREAM_EVENT")
-        .map(Frame::seq)
-        .collect()
-}
-
 /// Each replica's count of attaches answered from a cursor.
 async fn replays(replicas: &[Sidecar]) -> Vec<f64> {
     let mut out = Vec::new();

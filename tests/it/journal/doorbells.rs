@@ -52,13 +52,8 @@ async fn every_append_rings_its_doorbell_and_a_late_follower_gets_every_event_on
     );
     gate.open();
     let rest = within("B's stream ends", r.frames_to_end()).await;
-    let seqs: Vec<u64> = rest
-        .iter()
-        .filter(|f| f.ty() == "STREAM_EVENT")
-        .map(Frame::seq)
-        .collect();
     assert_eq!(
-        seqs,
+        event_seqs(&rest),
         (snap.seq() + 1..=last).collect::<Vec<_>>(),
         "every event after the snapshot, once"
     );

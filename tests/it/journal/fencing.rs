@@ -10,14 +10,6 @@ use crate::journal::one_end::{end_of, meta_key, owner_lost, reap, Via};
 use crate::journal::{known, start_run};
 use crate::support::*;
 
-fn event_seqs(frames: &[Frame]) -> Vec<u64> {
-    frames
-        .iter()
-        .filter(|f| f.ty() == "STREAM_EVENT")
-        .map(Frame::seq)
-        .collect()
-}
-
 /// The stream's batch entries (`<last>-0`) by their last seq.
 fn batch_ids(redis: &RedisServer, meta: &str) -> Vec<u64> {
     let s = format!("{}s", meta.strip_suffix('m').unwrap());
