@@ -33,6 +33,8 @@ pub struct Seen {
     pub resets: u64,
     /// Why the stream failed, when it did before its body.
     pub failure: Option<String>,
+    /// When the request was sent ([`Conn::sent`]).
+    pub sent: Option<Instant>,
 }
 
 enum Chunk {
@@ -55,6 +57,10 @@ pub struct Conn {
     content_length: Option<usize>,
     /// Body bytes that came with the response head, not yet counted in a `Seen`.
     uncounted: usize,
+    /// When the request was written (the connection established and the request sent): the
+    /// wait from here to the head is the server's, the wait before it the tool's and the
+    /// kernel's accept queue.
+    pub sent: Instant,
 }
 
 /// Sends a request on a fresh connection and reads the response head.
@@ -73,6 +79,7 @@ pub async fn open(
     let mut req = head.into_bytes();
     req.extend_from_slice(body);
     sock.write_all(&req).await?;
+    let sent = Instant::now();
     let mut raw = BytesMut::with_capacity(64 * 1024);
     let end = loop {
         if let Some(i) = memmem::find(&raw, b"\r\n\r\n") {
@@ -105,6 +112,7 @@ pub async fn open(
         },
         status,
         content_length,
+        sent,
     })
 }
 

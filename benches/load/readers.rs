@@ -195,12 +195,19 @@ async fn catch_up_once(tether: &Hop, body: &str, n: u64, k: usize) -> Row {
         })
         .collect();
     let (mut heads, mut transfers) = (Vec::with_capacity(k), Vec::with_capacity(k));
+    // From the request written to the head: the server's share of the wait for the head.
+    let mut served = Vec::with_capacity(k);
+    let mut sent_last = t;
     let (mut bytes, mut lost, mut sizes) = (0u64, 0, std::collections::BTreeSet::new());
     let mut last = t;
     for task in tasks {
         match task.await {
             Ok((s, head, end)) if !s.broken && s.ended && s.events == n && s.last_i == n => {
                 heads.push((head - t).as_nanos() as u64);
+                if let Some(sent) = s.sent {
+                    served.push((head - sent).as_nanos() as u64);
+                    sent_last = sent_last.max(sent);
+                }
                 transfers.push((end - head).as_nanos() as u64);
                 bytes += s.bytes;
                 sizes.insert(s.bytes);
@@ -212,11 +219,16 @@ async fn catch_up_once(tether: &Hop, body: &str, n: u64, k: usize) -> Row {
     let wall = (last - t).as_secs_f64();
     heads.sort_unstable();
     transfers.sort_unstable();
+    served.sort_unstable();
     let mut figures = vec![
         ("mb_per_s", bytes as f64 / wall / 1e6),
         ("wall_ms", wall * 1e3),
         ("head_p50_ms", percentile(&heads, 0.5) / 1e3),
         ("head_p99_ms", percentile(&heads, 0.99) / 1e3),
+        // The last request written, from the start: how long the tool took to connect all.
+        ("last_sent_ms", (sent_last - t).as_secs_f64() * 1e3),
+        ("served_p50_ms", percentile(&served, 0.5) / 1e3),
+        ("served_p99_ms", percentile(&served, 0.99) / 1e3),
         ("transfer_p50_ms", percentile(&transfers, 0.5) / 1e3),
         ("transfer_p99_ms", percentile(&transfers, 0.99) / 1e3),
         ("clients_complete", (k - lost) as f64),

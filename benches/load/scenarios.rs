@@ -75,6 +75,7 @@ pub(crate) async fn read_response(
     match client::open(addr, "POST", path, body).await {
         Ok(mut c) if c.status == 200 => {
             let head = Instant::now();
+            seen.sent = Some(c.sent);
             while c.read_some(&mut seen, delays).await {}
             return (seen, head);
         }
