@@ -28,6 +28,9 @@ use standing::{Heartbeat, Shutdown};
 
 /// Frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
+/// Frames in a resuming reader's first write: small, so its response head goes out in its
+/// first poll, before any other reader's backlog (docs/performance.md, catch-up).
+const FIRST_FRAMES: usize = 1;
 
 /// A write to a client failed: it went away, or stalled past the write timeout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -95,16 +98,6 @@ async fn snapshot(run: &Run, metrics: &Metrics) -> (u64, Bytes) {
     (snap.seq, snap.frame)
 }
 
-/// Whether a reader starting at `start` has a backlog to write before it is live: a snapshot,
-/// or a cursor behind the run's head.
-fn catching_up(run: &Run, start: Start) -> bool {
-    match start {
-        Start::After(c) => run.head() > c,
-        Start::Snapshot => true,
-        Start::Fresh => false,
-    }
-}
-
 /// The cursor a reader starts from, after writing its first frame (an empty or a current
 /// snapshot) when it starts with one; `None` when the client is gone.
 async fn first_write<S: Sink>(
@@ -113,12 +106,6 @@ async fn first_write<S: Sink>(
     start: Start,
     metrics: &Metrics,
 ) -> Option<u64> {
-    if catching_up(run, start) {
-        // The response head is out; the first write of a backlog fills the socket, hundreds of
-        // kilobytes. Queue it behind the other tasks once, so a crowd attaching together gets
-        // every head first (docs/performance.md, catch-up).
-        tokio::task::yield_now().await;
-    }
     let (seq, frame) = match start {
         Start::After(c) => return Some(c),
         Start::Fresh => (0, Protocol1.snapshot(run.id(), 0, &Capture::default())),
@@ -136,10 +123,16 @@ enum Pass {
     Exit(Exit),
 }
 
-/// Reads what follows `cursor` (up to [`MAX_FRAMES_PER_WRITE`] frames, and the end) and writes
-/// it in one write; a reader that fell out of the window is reset from a fresh snapshot.
-async fn pass<S: Sink>(sink: &mut S, run: &Arc<Run>, cursor: u64, metrics: &Metrics) -> Pass {
-    let read = match run.read_after(cursor, MAX_FRAMES_PER_WRITE) {
+/// Reads what follows `cursor` (up to `max` frames, and the end) and writes it in one write; a
+/// reader that fell out of the window is reset from a fresh snapshot.
+async fn pass<S: Sink>(
+    sink: &mut S,
+    run: &Arc<Run>,
+    cursor: u64,
+    max: usize,
+    metrics: &Metrics,
+) -> Pass {
+    let read = match run.read_after(cursor, max) {
         Ok(read) => read,
         Err(_) => {
             // Fell out of the window (a slow reader): reset from a fresh snapshot.
@@ -210,15 +203,26 @@ async fn write_loop<S: Sink>(
         return Exit::Gone;
     };
     let mut idle = Idle::new(rx, opts.heartbeat, shutdown);
+    // A resuming reader's first write is small: its response head goes out at once.
+    let mut max = match start {
+        Start::After(_) => FIRST_FRAMES,
+        Start::Snapshot | Start::Fresh => MAX_FRAMES_PER_WRITE,
+    };
     loop {
         idle.seen();
-        match pass(sink, run, cursor, metrics).await {
+        let this = std::mem::replace(&mut max, MAX_FRAMES_PER_WRITE);
+        match pass(sink, run, cursor, this, metrics).await {
             Pass::Exit(exit) => return exit,
             Pass::Wrote {
                 cursor: next,
                 caught_up,
             } => {
                 cursor = next;
+                if this == FIRST_FRAMES && !caught_up {
+                    // The head is out: queue this reader's backlog behind the other tasks once,
+                    // so readers attaching together get their heads first.
+                    tokio::task::yield_now().await;
+                }
                 if !caught_up {
                     continue;
                 }

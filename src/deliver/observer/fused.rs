@@ -22,7 +22,9 @@ use bytes::Bytes;
 use log::debug;
 use tokio_util::sync::CancellationToken;
 
-use super::{first_write, pass, ClientGone, Exit, Idle, Options, Pass, Sink, Wake};
+use super::{
+    first_write, pass, ClientGone, Exit, Idle, Options, Pass, Sink, Wake, MAX_FRAMES_PER_WRITE,
+};
 use crate::metrics::Metrics;
 use crate::producer::{Handed, Handoff, Producing};
 use crate::record::sse::KEEPALIVE;
@@ -95,7 +97,9 @@ async fn step<'s, 'i, 't, S: Sink>(
     interrupt: &AtomicBool,
 ) -> (&'s mut S, &'i mut Idle<'t>, Done) {
     let done = match op {
-        Op::Pass(cursor) => Done::Pass(pass(sink, run, cursor, metrics).await),
+        Op::Pass(cursor) => {
+            Done::Pass(pass(sink, run, cursor, MAX_FRAMES_PER_WRITE, metrics).await)
+        }
         Op::Direct(handed) => {
             let sent = sink.send(handed.frames).await;
             if sent.is_ok() {

@@ -210,6 +210,77 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
     assert_eq!(task.await.unwrap(), Exit::Shutdown);
 }
 
+/// A sink that tags every write with its reader's name, into one channel for all readers.
+struct TagSink {
+    tag: &'static str,
+    tx: mpsc::UnboundedSender<(&'static str, Bytes)>,
+}
+
+impl Sink for TagSink {
+    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
+        self.tx.send((self.tag, data)).map_err(|_| ClientGone)
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+#[tokio::test]
+async fn readers_attaching_together_far_behind_each_write_their_first_frame_before_any_backlog() {
+    // The first write carries the response head: one frame, then the reader yields, so every
+    // reader that attached together has its head out before anyone's backlog. The sinks never
+    // wait, so without the yield the first reader would write its whole backlog first.
+    let m = Metrics::new();
+    let n = 300;
+    let run = Arc::new(Run::new("r", n + 8));
+    let events: Vec<_> = (0..n).map(|i| text(&format!("d{i}"))).collect();
+    run.append(&events);
+    run.finish(true, None);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let tasks: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|tag| {
+            let (r, m2, s2, tx) = (run.clone(), m.clone(), stop.clone(), tx.clone());
+            tokio::spawn(async move {
+                let mut sink = TagSink { tag, tx };
+                serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
+            })
+        })
+        .collect();
+    drop(tx);
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Exit::Ended);
+    }
+    let mut writes = Vec::new();
+    while let Ok(w) = rx.try_recv() {
+        writes.push(w);
+    }
+    let seqs_of = |chunk: &Bytes| {
+        let mut decoded = Vec::new();
+        Decoder::new(1 << 20).feed(chunk, &mut decoded);
+        decoded
+            .into_iter()
+            .filter_map(|d| match d {
+                Decoded::Event(e) => serde_json::from_slice::<Value>(&e.data).ok(),
+                _ => None,
+            })
+            .filter(|f| f["type"] == "STREAM_EVENT")
+            .filter_map(|f| f["seq"].as_u64())
+            .collect::<Vec<_>>()
+    };
+    let firsts: Vec<_> = writes[..2].iter().map(|(t, c)| (*t, seqs_of(c))).collect();
+    assert_eq!(firsts, [("a", vec![1]), ("b", vec![1])]);
+    for tag in ["a", "b"] {
+        let seqs: Vec<u64> = writes
+            .iter()
+            .filter(|(t, _)| *t == tag)
+            .flat_map(|(_, c)| seqs_of(c))
+            .collect();
+        assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>(), "reader {tag}");
+    }
+}
+
 /// A sink whose every write makes the run change again (so the reader never finds it idle),
 /// refusing writes after `left` of them.
 struct Busy {
