@@ -92,7 +92,8 @@ pub(crate) async fn gather<T, F>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use parking_lot::Mutex;
+    use std::sync::Arc;
 
     /// What the fake sender saw: each round trip's calls and when it went.
     type Log = Arc<Mutex<Vec<(Vec<u32>, Instant)>>>;
@@ -104,11 +105,11 @@ mod tests {
         let (log, answered): (Log, Log) = Default::default();
         let (seen, done) = (log.clone(), answered.clone());
         tokio::spawn(gather(rx, pace, move |b: Vec<u32>| {
-            seen.lock().unwrap().push((b.clone(), Instant::now()));
+            seen.lock().push((b.clone(), Instant::now()));
             let done = done.clone();
             async move {
                 tokio::time::sleep(rtt).await;
-                done.lock().unwrap().push((b, Instant::now()));
+                done.lock().push((b, Instant::now()));
             }
         }));
         (tx, log, answered)
@@ -127,7 +128,7 @@ mod tests {
     }
 
     fn trips(log: &Log) -> Vec<Vec<u32>> {
-        log.lock().unwrap().iter().map(|(b, _)| b.clone()).collect()
+        log.lock().iter().map(|(b, _)| b.clone()).collect()
     }
 
     /// The timer's resolution: a deadline is rounded up to its next tick.
@@ -144,7 +145,7 @@ mod tests {
         let t0 = Instant::now();
         tx.send(1).unwrap();
         settle().await;
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0], (vec![1], t0), "sent with no wait");
     }
@@ -168,7 +169,7 @@ mod tests {
         );
         tokio::time::sleep_until(t0 + PACED.delay + TICK).await;
         settle().await;
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert_eq!(log.len(), 2, "one more round trip: {log:?}");
         assert_eq!(log[1].0, vec![2, 3, 4]);
         let at = log[1].1 - t0;
@@ -187,7 +188,7 @@ mod tests {
         let t1 = Instant::now();
         tx.send(2).unwrap();
         settle().await;
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert_eq!(log.len(), 2);
         assert_eq!(log[1], (vec![2], t1));
     }
@@ -202,7 +203,7 @@ mod tests {
             tx.send(c).unwrap();
         }
         settle().await;
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert_eq!(log.len(), 2, "the full batch went at once");
         assert_eq!(log[1].0.len(), FULL);
         assert_eq!(log[1].1, t0);
@@ -224,8 +225,8 @@ mod tests {
         assert_eq!(trips(&log), vec![vec![1]]);
         tokio::time::sleep(TICK * 2).await;
         settle().await;
-        let first_answered = answered.lock().unwrap()[0].1;
-        let log = log.lock().unwrap();
+        let first_answered = answered.lock()[0].1;
+        let log = log.lock();
         assert_eq!(
             log[1],
             (vec![2, 3], first_answered),
