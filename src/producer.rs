@@ -256,8 +256,11 @@ async fn produce(job: Box<Job>, head: oneshot::Sender<Head>) {
     for alias in aliases::known_aliases(&aliases, request_aliases, &header) {
         naming.name(&run, &alias);
     }
-    for key in keys {
-        naming.index_only(&run, &key);
+    // The name with the body first: the journal writes a run's names in order, so a replica
+    // that finds the key's own name finds this one too (else a retry of the same body there
+    // would be refused as another body's until the second write landed).
+    for key in keys.iter().rev() {
+        naming.index_only(&run, key);
     }
     m.runs_active.inc();
     let (tee, legacy) = match legacy {

@@ -300,7 +300,7 @@ impl Replica {
             degraded: AtomicU8::new(0),
             gauge: jm.degraded.clone(),
         });
-        let pipe = pipe::Pipe::start(cmd.clone(), jm.clone(), health.clone());
+        let pipe = pipe::Pipe::start(cmd.clone(), cfg.flush_delay, jm.clone(), health.clone());
         let cluster = Arc::new(Replica {
             cfg,
             window,

@@ -293,7 +293,13 @@ pub struct JournalConf {
     pub lease: Dur,
     /// How often a follower reads the stream without a wake-up (the safety net for a lost one).
     pub poll: Dur,
+    /// How long an append may wait for others to share its round trip to Redis, counted from
+    /// the round trip before (zero: never waits); `--journal-flush-delay`.
+    pub flush_delay: Dur,
 }
+
+/// `[journal] flush_delay`'s default, in microseconds.
+pub const FLUSH_DELAY_US: u64 = 1_000;
 
 impl Default for JournalConf {
     fn default() -> Self {
@@ -306,6 +312,7 @@ impl Default for JournalConf {
             replica_id: String::new(),
             lease: Dur(Duration::from_secs(10)),
             poll: Dur(Duration::from_secs(1)),
+            flush_delay: Dur(Duration::from_micros(FLUSH_DELAY_US)),
         }
     }
 }

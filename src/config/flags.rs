@@ -159,6 +159,10 @@ pub struct Flags {
     /// PEM file of the journal client certificate's private key.
     #[arg(long, env = "TETHER_JOURNAL_KEY")]
     pub journal_key: Option<PathBuf>,
+    /// How long an append may wait for others to share its round trip to Redis, counted from
+    /// the round trip before, e.g. 500us; 0s: never waits [default: 1ms].
+    #[arg(long, env = "TETHER_JOURNAL_FLUSH_DELAY", value_parser = duration)]
+    pub journal_flush_delay: Option<Duration>,
     /// This replica's name in the shared journal [default: hostname-pid-random].
     #[arg(long, env = "TETHER_REPLICA_ID")]
     pub replica_id: Option<String>,
@@ -301,6 +305,9 @@ impl Flags {
         }
         if let Some(v) = &self.journal_key {
             file.journal.key = Some(v.clone());
+        }
+        if let Some(v) = self.journal_flush_delay {
+            file.journal.flush_delay = Dur(v);
         }
     }
 }

@@ -18,6 +18,8 @@ pub struct JournalSettings {
     pub lease: std::time::Duration,
     /// Follower poll interval.
     pub poll: std::time::Duration,
+    /// How long an append may wait for others to share its round trip (zero: never waits).
+    pub flush_delay: std::time::Duration,
     /// TLS (`rediss://`): the CA file (`None`: the system's roots), the client certificate
     /// and key files; `None`: plain `redis://`.
     pub tls: Option<JournalTls>,
@@ -78,6 +80,9 @@ pub(super) fn journal(j: &JournalConf) -> Result<Option<JournalSettings>, Config
     if j.poll.0.is_zero() || j.poll.0 > std::time::Duration::from_secs(1) {
         return Err(err("journal.poll", "must be more than 0s and at most 1s"));
     }
+    if j.flush_delay.0 > std::time::Duration::from_millis(10) {
+        return Err(err("journal.flush_delay", "must be at most 10ms"));
+    }
     let replica_id = match j.replica_id.trim() {
         "" => default_replica_id(),
         r if r.len() > 64 || r.contains(['{', '}', ' ']) => {
@@ -95,6 +100,7 @@ pub(super) fn journal(j: &JournalConf) -> Result<Option<JournalSettings>, Config
         replica_id,
         lease: j.lease.0,
         poll: j.poll.0,
+        flush_delay: j.flush_delay.0,
         tls,
     }))
 }

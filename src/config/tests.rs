@@ -924,3 +924,24 @@ fn the_sample_files_commented_usage_table_parses_when_uncommented() {
     );
     assert_eq!(u.pointers().count(), 5);
 }
+
+#[test]
+fn the_journal_flush_delay_comes_from_the_file_or_its_flag_and_is_bounded() {
+    let journal = |toml: &str| parse_file(toml).unwrap().validate().map(|c| c.journal);
+    let url = "[journal]\nurl = \"redis://r:6379\"\n";
+    let d = |toml: &str| journal(toml).unwrap().unwrap().flush_delay;
+    assert_eq!(d(url), Duration::from_micros(file::FLUSH_DELAY_US));
+    assert_eq!(d(&format!("{url}flush_delay = \"0s\"\n")), Duration::ZERO);
+    let e = journal(&format!("{url}flush_delay = \"11ms\"\n")).unwrap_err();
+    assert_eq!(e.key, "journal.flush_delay", "{e}");
+    let f = Flags::parse_from([
+        "tether",
+        "--journal",
+        "redis://r:6379",
+        "--journal-flush-delay",
+        "500us",
+    ]);
+    let c = Config::from_parts(FileConf::default(), &f).unwrap();
+    let j = c.journal.expect("a journal");
+    assert_eq!(j.flush_delay, Duration::from_micros(500));
+}

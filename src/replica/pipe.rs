@@ -1,27 +1,29 @@
 //! The per-process write pipeline: every run's append lane ([`lane`]) and every writer's
 //! other script calls ([`Inv`]) go to one flusher task, which sends all the calls pending at that
 //! moment as ONE pipelined round trip (`EVALSHA` each, a `SCRIPT LOAD` and a resend when Redis
-//! lost the scripts). No timer: calls queue while up to [`IN_FLIGHT`] flushes are on the wire,
-//! so an idle replica adds no delay and a busy one sends few large writes. A lane has one call
+//! lost the scripts). Calls queue while up to [`IN_FLIGHT`] round trips are on the wire, and a
+//! round trip of few calls that would follow the one before within `[journal] flush_delay`
+//! waits out the rest of it ([`gather`]): Redis's cost is mostly per round trip, so a busy
+//! replica sends few large ones, and an idle one sends a lone call at once. A lane has one call
 //! in flight and its answer is settled here (no hop back through the run's writer task); a
 //! writer's call is answered to the writer. An append is two commands (`XADD` + `PUBLISH`, no
 //! script); fencing is by the stream ids and, on the rare path, in the scripts.
 
+mod gather;
 pub(super) mod lane;
 
 use std::sync::Arc;
-use std::task::Poll;
+use std::time::Duration;
 
 use redis::{Cmd, Pipeline, RedisResult, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{scripts, Conn, Health, JournalMetrics};
+use gather::Pace;
 use lane::{Lane, Sent};
 
 /// Pipelined round trips on the wire at once.
 const IN_FLIGHT: usize = 4;
-/// Calls per round trip at most.
-const MAX_CALLS: usize = 512;
 
 /// A script call for the pipeline: an `EVALSHA` built in place (no argument vectors).
 pub(crate) struct Inv {
@@ -63,10 +65,20 @@ pub(crate) enum Work {
 pub(crate) struct Pipe(mpsc::UnboundedSender<Work>);
 
 impl Pipe {
-    /// Starts the flusher on `conn`.
-    pub(crate) fn start(conn: Conn, jm: JournalMetrics, health: Arc<Health>) -> Pipe {
+    /// Starts the flusher on `conn`; a round trip of fewer than [`gather::FULL`] calls waits
+    /// until `delay` after the one before.
+    pub(crate) fn start(
+        conn: Conn,
+        delay: Duration,
+        jm: JournalMetrics,
+        health: Arc<Health>,
+    ) -> Pipe {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(flusher(conn, rx, jm, health));
+        let pace = Pace {
+            in_flight: IN_FLIGHT,
+            delay,
+        };
+        tokio::spawn(flusher(conn, rx, pace, jm, health));
         Pipe(tx)
     }
 
@@ -91,48 +103,19 @@ impl Pipe {
     }
 }
 
-type Flush = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-/// Gathers the pending calls into flushes and drives up to [`IN_FLIGHT`] of them itself (no
-/// task per flush: one scheduling hop less on the way back to the writers).
+/// Sends the calls of `rx` as [`gather`] batches them, each batch one pipelined round trip.
 async fn flusher(
     conn: Conn,
-    mut rx: mpsc::UnboundedReceiver<Work>,
+    rx: mpsc::UnboundedReceiver<Work>,
+    pace: Pace,
     jm: JournalMetrics,
     health: Arc<Health>,
 ) {
-    let mut flights: Vec<Flush> = Vec::with_capacity(IN_FLIGHT);
-    loop {
-        let first = std::future::poll_fn(|cx| {
-            flights.retain_mut(|f| f.as_mut().poll(cx).is_pending());
-            if flights.len() < IN_FLIGHT {
-                if let Poll::Ready(c) = rx.poll_recv(cx) {
-                    return Poll::Ready(c);
-                }
-            }
-            Poll::Pending
-        })
-        .await;
-        let Some(first) = first else { break };
-        let mut batch = vec![first];
-        while batch.len() < MAX_CALLS {
-            match rx.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
-            }
-        }
+    gather::gather(rx, pace, |batch: Vec<Work>| {
         jm.flush_calls.observe(batch.len() as f64);
-        flights.push(Box::pin(flush(
-            conn.clone(),
-            batch,
-            jm.clone(),
-            health.clone(),
-        )));
-    }
-    // The senders are gone: let the flushes on the wire answer their writers.
-    for f in flights {
-        f.await;
-    }
+        flush(conn.clone(), batch, jm.clone(), health.clone())
+    })
+    .await;
 }
 
 /// Where an answer goes.

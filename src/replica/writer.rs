@@ -179,8 +179,14 @@ impl Writer {
         r.map(|v| v.into_iter().map(Bytes::from).collect())
     }
 
+    /// Handles `msgs` in order; aliases that come together are indexed together (an
+    /// idempotency key's two names land one after the other, with no other call between).
     async fn process(&mut self, msgs: Vec<Msg>) {
+        let mut named = false;
         for m in msgs {
+            if !matches!(m, Msg::Alias(_)) && std::mem::take(&mut named) {
+                self.index_names().await;
+            }
             match m {
                 Msg::End(end) => self.write_end(end).await,
                 Msg::Done => {
@@ -189,11 +195,19 @@ impl Writer {
                 }
                 Msg::Alias(a) => {
                     self.ids.push(super::id_key(&self.meta.owner, &a));
-                    if self.live && !self.ended {
-                        self.index_ids().await;
-                    }
+                    named = true;
                 }
             }
+        }
+        if named {
+            self.index_names().await;
+        }
+    }
+
+    /// Indexes the run's ids and aliases while it is live here.
+    async fn index_names(&self) {
+        if self.live && !self.ended {
+            self.index_ids().await;
         }
     }
 
