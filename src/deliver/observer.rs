@@ -28,8 +28,9 @@ use standing::{Heartbeat, Shutdown};
 
 /// Frames gathered into one write at most.
 const MAX_FRAMES_PER_WRITE: usize = 512;
-/// Frames in a resuming reader's first write: small, so its response head goes out in its
-/// first poll, before any other reader's backlog (docs/performance.md, catch-up).
+/// Frames in the first write of a reader resuming more than one write behind: small, so its
+/// response head goes out in its first poll, before any other reader's backlog
+/// (docs/performance.md, catch-up).
 const FIRST_FRAMES: usize = 1;
 
 /// A write to a client failed: it went away, or stalled past the write timeout.
@@ -203,10 +204,13 @@ async fn write_loop<S: Sink>(
         return Exit::Gone;
     };
     let mut idle = Idle::new(rx, opts.heartbeat, shutdown);
-    // A resuming reader's first write is small: its response head goes out at once.
+    // A reader resuming further behind than one write takes writes a small first write: its
+    // response head goes out at once. A backlog that fits in one write goes whole.
     let mut max = match start {
-        Start::After(_) => FIRST_FRAMES,
-        Start::Snapshot | Start::Fresh => MAX_FRAMES_PER_WRITE,
+        Start::After(c) if run.head().saturating_sub(c) > MAX_FRAMES_PER_WRITE as u64 => {
+            FIRST_FRAMES
+        }
+        _ => MAX_FRAMES_PER_WRITE,
     };
     loop {
         idle.seen();

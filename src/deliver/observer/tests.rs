@@ -231,7 +231,7 @@ async fn readers_attaching_together_far_behind_each_write_their_first_frame_befo
     // reader that attached together has its head out before anyone's backlog. The sinks never
     // wait, so without the yield the first reader would write its whole backlog first.
     let m = Metrics::new();
-    let n = 300;
+    let n = MAX_FRAMES_PER_WRITE * 2 + 3;
     let run = Arc::new(Run::new("r", n + 8));
     let events: Vec<_> = (0..n).map(|i| text(&format!("d{i}"))).collect();
     run.append(&events);
@@ -279,6 +279,31 @@ async fn readers_attaching_together_far_behind_each_write_their_first_frame_befo
             .collect();
         assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>(), "reader {tag}");
     }
+}
+
+#[tokio::test]
+async fn a_reader_whose_backlog_fits_in_one_write_gets_it_whole_in_its_first_write() {
+    let m = Metrics::new();
+    let n = MAX_FRAMES_PER_WRITE;
+    let run = Arc::new(Run::new("r", n + 8));
+    let events: Vec<_> = (0..n).map(|i| text(&format!("d{i}"))).collect();
+    run.append(&events);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (_gate_tx, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let (r, m2, s2) = (run.clone(), m.clone(), stop.clone());
+    let task = tokio::spawn(async move {
+        let mut sink = ChanSink { tx, gate };
+        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
+    });
+    let first = rx.recv().await.unwrap();
+    let (one_tx, mut one_rx) = mpsc::unbounded_channel();
+    one_tx.send(first).unwrap();
+    let frames = frames_of(&mut one_rx, &mut Decoder::new(1 << 24));
+    let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>());
+    stop.cancel();
+    assert_eq!(task.await.unwrap(), Exit::Shutdown);
 }
 
 /// A sink whose every write makes the run change again (so the reader never finds it idle),
