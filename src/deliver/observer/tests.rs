@@ -52,6 +52,46 @@ fn frames_of(rx: &mut mpsc::UnboundedReceiver<Bytes>, dec: &mut Decoder) -> Vec<
     out
 }
 
+/// The `STREAM_EVENT` seqs of one written chunk.
+fn event_seqs(chunk: &Bytes) -> Vec<u64> {
+    let mut decoded = Vec::new();
+    Decoder::new(1 << 24).feed(chunk, &mut decoded);
+    decoded
+        .into_iter()
+        .filter_map(|d| match d {
+            Decoded::Event(e) => serde_json::from_slice::<Value>(&e.data).ok(),
+            _ => None,
+        })
+        .filter(|f| f["type"] == "STREAM_EVENT")
+        .filter_map(|f| f["seq"].as_u64())
+        .collect()
+}
+
+/// A reader resuming from cursor 0 of a run of `n` text events (`d0`, `d1`, …), writing to a
+/// [`ChanSink`] that never waits; stopped by the token.
+fn resume_from_zero(
+    n: usize,
+) -> (
+    mpsc::UnboundedReceiver<Bytes>,
+    CancellationToken,
+    tokio::task::JoinHandle<Exit>,
+) {
+    let m = Metrics::new();
+    let run = Arc::new(Run::new("r", n + 8));
+    let events: Vec<_> = (0..n).map(|i| text(&format!("d{i}"))).collect();
+    run.append(&events);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (gate_tx, gate) = watch::channel(true);
+    let stop = CancellationToken::new();
+    let s2 = stop.clone();
+    let task = tokio::spawn(async move {
+        let _open = gate_tx;
+        let mut sink = ChanSink { tx, gate };
+        serve(&mut sink, &run, Start::After(0), None, &opts(), &m, &s2).await
+    });
+    (rx, stop, task)
+}
+
 fn opts() -> Options {
     Options {
         heartbeat: Duration::from_secs(3600),
@@ -175,20 +215,8 @@ async fn an_idle_observer_gets_a_keepalive_comment_each_heartbeat_and_nothing_be
 async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake() {
     // More frames behind the cursor than one write takes, and then nothing: the observer must
     // read again on its own (a caught-up observer waits for the run instead).
-    let m = Metrics::new();
     let n = MAX_FRAMES_PER_WRITE * 2 + 3;
-    let run = Arc::new(Run::new("r", n + 8));
-    let deltas: Vec<String> = (0..n).map(|i| format!("d{i}")).collect();
-    let events: Vec<_> = deltas.iter().map(|d| text(d)).collect();
-    run.append(&events);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (_gate_tx, gate) = watch::channel(true);
-    let stop = CancellationToken::new();
-    let (r, m2, s2) = (run.clone(), m.clone(), stop.clone());
-    let task = tokio::spawn(async move {
-        let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
-    });
+    let (mut rx, stop, task) = resume_from_zero(n);
     let mut dec = Decoder::new(1 << 20);
     let mut frames = Vec::new();
     while frames.len() < n {
@@ -256,26 +284,16 @@ async fn readers_attaching_together_far_behind_each_write_their_first_frame_befo
     while let Ok(w) = rx.try_recv() {
         writes.push(w);
     }
-    let seqs_of = |chunk: &Bytes| {
-        let mut decoded = Vec::new();
-        Decoder::new(1 << 20).feed(chunk, &mut decoded);
-        decoded
-            .into_iter()
-            .filter_map(|d| match d {
-                Decoded::Event(e) => serde_json::from_slice::<Value>(&e.data).ok(),
-                _ => None,
-            })
-            .filter(|f| f["type"] == "STREAM_EVENT")
-            .filter_map(|f| f["seq"].as_u64())
-            .collect::<Vec<_>>()
-    };
-    let firsts: Vec<_> = writes[..2].iter().map(|(t, c)| (*t, seqs_of(c))).collect();
+    let firsts: Vec<_> = writes[..2]
+        .iter()
+        .map(|(t, c)| (*t, event_seqs(c)))
+        .collect();
     assert_eq!(firsts, [("a", vec![1]), ("b", vec![1])]);
     for tag in ["a", "b"] {
         let seqs: Vec<u64> = writes
             .iter()
             .filter(|(t, _)| *t == tag)
-            .flat_map(|(_, c)| seqs_of(c))
+            .flat_map(|(_, c)| event_seqs(c))
             .collect();
         assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>(), "reader {tag}");
     }
@@ -283,25 +301,10 @@ async fn readers_attaching_together_far_behind_each_write_their_first_frame_befo
 
 #[tokio::test]
 async fn a_reader_whose_backlog_fits_in_one_write_gets_it_whole_in_its_first_write() {
-    let m = Metrics::new();
     let n = MAX_FRAMES_PER_WRITE;
-    let run = Arc::new(Run::new("r", n + 8));
-    let events: Vec<_> = (0..n).map(|i| text(&format!("d{i}"))).collect();
-    run.append(&events);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let (_gate_tx, gate) = watch::channel(true);
-    let stop = CancellationToken::new();
-    let (r, m2, s2) = (run.clone(), m.clone(), stop.clone());
-    let task = tokio::spawn(async move {
-        let mut sink = ChanSink { tx, gate };
-        serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
-    });
+    let (mut rx, stop, task) = resume_from_zero(n);
     let first = rx.recv().await.unwrap();
-    let (one_tx, mut one_rx) = mpsc::unbounded_channel();
-    one_tx.send(first).unwrap();
-    let frames = frames_of(&mut one_rx, &mut Decoder::new(1 << 24));
-    let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
-    assert_eq!(seqs, (1..=n as u64).collect::<Vec<_>>());
+    assert_eq!(event_seqs(&first), (1..=n as u64).collect::<Vec<_>>());
     stop.cancel();
     assert_eq!(task.await.unwrap(), Exit::Shutdown);
 }
