@@ -70,6 +70,11 @@ async fn write_loop<S: Sink>(
     shutdown: &CancellationToken,
 ) -> Exit {
     let rx = run.subscribe();
+    // A reader resuming further behind than one write writes its first frame alone, then
+    // yields: its response head goes out with that write, before any other reader's backlog
+    // (docs/performance.md, "the head out before the backlog"). A backlog that fits in one
+    // write goes whole, and so does a rendering.
+    let mut first = matches!(plan, Plan::From(_));
     let mut next = match plan {
         Plan::Empty => return Exit::Ended,
         Plan::From(i) => i,
@@ -96,8 +101,13 @@ async fn write_loop<S: Sink>(
             );
             return Exit::Gone;
         }
-        if !read.frames.is_empty() {
-            let out = match (&read.frames[..], opts.inject_ids) {
+        let split = std::mem::take(&mut first) && read.more && !read.frames.is_empty();
+        let frames = match split {
+            true => &read.frames[..1],
+            false => &read.frames[..],
+        };
+        if !frames.is_empty() {
+            let out = match (frames, opts.inject_ids) {
                 ([(_, one)], false) => one.clone(),
                 (frames, inject) => {
                     let len = frames.iter().map(|(_, f)| f.len() + 40).sum::<usize>();
@@ -111,7 +121,14 @@ async fn write_loop<S: Sink>(
             if sink.send(out).await.is_err() {
                 return Exit::Gone;
             }
-            next = read.next;
+            next = match split {
+                true => frames[0].0 + 1,
+                false => read.next,
+            };
+        }
+        if split {
+            tokio::task::yield_now().await;
+            continue;
         }
         if read.end.is_some() {
             return Exit::Ended;

@@ -149,8 +149,9 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
             (out, String::from_utf8(sink.0).unwrap())
         })
     };
-    // One thread: the reader's first poll counts it in and writes as far as it goes without
-    // waiting (the sink never blocks), so once it is counted in it has written all it will
+    // One thread: the reader's first poll counts it in and writes its first frame, then it
+    // yields once (its head first) and writes as far as it goes without waiting (the sink never
+    // blocks), noticing shutdown only once it waits caught up: so it has written all it will
     // before the run changes. Then shutdown ends it.
     while run.observers() == 0 {
         tokio::task::yield_now().await;
@@ -164,4 +165,87 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
         "every frame of the backlog"
     );
     assert!(text.ends_with(&format!("\"delta\":\"{}\"}}\n\n", n - 1)));
+}
+
+/// A sink that sends every write, tagged, to a channel.
+struct TagSink {
+    tag: &'static str,
+    tx: tokio::sync::mpsc::UnboundedSender<(&'static str, Bytes)>,
+}
+
+impl Sink for TagSink {
+    async fn send(&mut self, data: Bytes) -> Result<(), crate::deliver::observer::ClientGone> {
+        self.tx
+            .send((self.tag, data))
+            .map_err(|_| crate::deliver::observer::ClientGone)
+    }
+    async fn closed(&mut self) {
+        std::future::pending::<()>().await
+    }
+}
+
+/// The `delta` of every frame in `chunk`, in order.
+fn deltas(chunk: &[u8]) -> Vec<u64> {
+    String::from_utf8_lossy(chunk)
+        .split("\"delta\":\"")
+        .skip(1)
+        .filter_map(|s| s.split('"').next()?.parse().ok())
+        .collect()
+}
+
+/// Readers of the raw record from `from`, attaching together to a run of `n` frames that
+/// ended: every write, tagged with its reader, in the order they were made.
+async fn attach_together(n: u64, tags: &[&'static str]) -> Vec<(&'static str, Bytes)> {
+    let run = Arc::new(Run::with_raw("r", n as usize + 8, Some(1 << 24)));
+    (0..n).for_each(|i| push(&run, i));
+    run.finish(true, None);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stop = CancellationToken::new();
+    let tasks: Vec<_> = tags
+        .iter()
+        .map(|&tag| {
+            let (run, stop, tx) = (run.clone(), stop.clone(), tx.clone());
+            tokio::spawn(async move {
+                let mut sink = TagSink { tag, tx };
+                let plan = Plan::From(0);
+                serve(&mut sink, &run, plan, Join::Resume, &opts(false), &stop).await
+            })
+        })
+        .collect();
+    drop(tx);
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Exit::Ended);
+    }
+    let mut writes = Vec::new();
+    while let Ok(w) = rx.try_recv() {
+        writes.push(w);
+    }
+    writes
+}
+
+#[tokio::test]
+async fn readers_attaching_together_far_behind_each_write_their_first_frame_before_any_backlog() {
+    // The first write carries the response head: one frame, then the reader yields, so every
+    // reader that attached together has its head out before anyone's backlog. The sinks never
+    // wait, so without the yield the first reader would write its whole backlog first.
+    let n = MAX_FRAMES_PER_WRITE as u64 * 2 + 3;
+    let writes = attach_together(n, &["a", "b"]).await;
+    let firsts: Vec<_> = writes[..2].iter().map(|(t, c)| (*t, deltas(c))).collect();
+    assert_eq!(firsts, [("a", vec![0]), ("b", vec![0])]);
+    for tag in ["a", "b"] {
+        let all: Vec<u64> = writes
+            .iter()
+            .filter(|(t, _)| *t == tag)
+            .flat_map(|(_, c)| deltas(c))
+            .collect();
+        assert_eq!(all, (0..n).collect::<Vec<_>>(), "reader {tag}");
+    }
+}
+
+#[tokio::test]
+async fn a_reader_whose_backlog_fits_in_one_write_gets_it_whole_in_its_first_write() {
+    let n = MAX_FRAMES_PER_WRITE as u64;
+    let writes = attach_together(n, &["a"]).await;
+    assert_eq!(deltas(&writes[0].1), (0..n).collect::<Vec<_>>());
+    assert_eq!(writes.len(), 1);
 }
