@@ -228,11 +228,10 @@ fn main() -> ExitCode {
     };
     init_logging(flags.log_format);
     raise_open_files_limit();
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if cfg.server.threads > 0 {
-        rt.worker_threads(cfg.server.threads);
-    }
-    let rt = match rt.enable_all().build() {
+    let rt = match tether::server::runtime::builder(cfg.server.threads)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("tether: cannot start the runtime: {e}");

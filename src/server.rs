@@ -13,6 +13,7 @@ pub mod admin;
 pub mod conn;
 pub mod demo;
 pub mod front;
+pub mod runtime;
 mod small_app;
 pub mod tls;
 

@@ -22,7 +22,8 @@ pub struct ServerConf {
     pub upstream: String,
     /// Address of the admin listener (`/metrics`, `/healthz`, `/readyz`).
     pub admin: String,
-    /// Worker threads of the runtime (0: one per core).
+    /// Threads of the runtime (0: one per core this process may use); one runs tokio's
+    /// current-thread scheduler ([`crate::server::runtime`]).
     pub threads: usize,
     /// Interval of `: keepalive` comments on idle observer streams.
     pub heartbeat: Dur,

@@ -330,6 +330,24 @@ async fn a_drain_timeout_stops_what_is_left_and_tells_its_observers() {
 
 #[test]
 fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
+    drains_on_sigterm(&[]);
+}
+
+#[test]
+fn the_binary_on_one_thread_serves_a_turn_and_drains_on_sigterm() {
+    // `[server] threads = 1` runs tokio's current-thread scheduler: everything on the main
+    // thread, so this checks that nothing waits on another worker.
+    let dir = std::env::temp_dir().join(format!("tether-one-thread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("tether.toml");
+    std::fs::write(&conf, "[server]\nthreads = 1\n").unwrap();
+    drains_on_sigterm(&["--config", conf.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts the binary in demo mode with `extra` flags, takes a turn's first frames, sends
+/// SIGTERM, and checks the turn still ends saved and the process exits cleanly.
+fn drains_on_sigterm(extra: &[&str]) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
         .args([
             "--listen",
@@ -341,6 +359,7 @@ fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
             "--demo-pace",
             "30ms",
         ])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
