@@ -2,6 +2,7 @@
 //! that reader waits caught up, the batch's protocol-1 frames, encoded from the events the
 //! producer holds, so the reader writes them without reading them back from the journal.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -17,8 +18,21 @@ use crate::state::run::Run;
 /// batch's frames here (and disarms it). Anything else (a second append before the reader
 /// took the first, an append that recorded less than its batch, a cursor that does not match)
 /// hands nothing, and the reader reads the journal as any reader does.
+///
+/// It also paces the producer while the reader writes a backlog: the reader says how far it has
+/// written ([`Self::wrote`]), and a producer more than [`LEAD`] events ahead of that lets the
+/// task's reader write before it reads on ([`Self::ahead`]), so an upstream faster than one poll
+/// of the task can read does not run the reader out of the window before it writes at all.
 #[derive(Debug, Default)]
-pub struct Handoff(Mutex<State>);
+pub struct Handoff {
+    st: Mutex<State>,
+    /// The reader's cursor after its last write; `u64::MAX` once it no longer paces the producer.
+    written: AtomicU64,
+}
+
+/// Events a producer reads ahead of the reader polled beside it before it lets that reader
+/// write: one write's worth.
+pub const LEAD: u64 = 512;
 
 #[derive(Debug, Default)]
 struct State {
@@ -53,39 +67,65 @@ impl Handoff {
 
     /// The reader waits caught up at `cursor`: the next append after it is handed over.
     pub fn arm(&self, cursor: u64) {
-        self.0.lock().armed = Some(cursor);
+        self.st.lock().armed = Some(cursor);
     }
 
     /// The reader reads the journal from here on: nothing is handed until it arms again.
     pub fn disarm(&self) {
-        let mut st = self.0.lock();
+        let mut st = self.st.lock();
         st.armed = None;
         st.handed = None;
     }
 
+    /// The reader wrote everything up to `cursor`.
+    pub fn wrote(&self, cursor: u64) {
+        self.written.store(cursor, Ordering::Relaxed);
+    }
+
+    /// The reader no longer paces the producer (it is done, or the producer went on in a task
+    /// of its own).
+    pub fn release(&self) {
+        self.written.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// Whether a run at `head` is more than [`LEAD`] events ahead of the reader's writes.
+    pub fn ahead(&self, head: u64) -> bool {
+        head > self.written.load(Ordering::Relaxed).saturating_add(LEAD)
+    }
+
+    /// After an append to `run` that was not `handed` over (the reader was not waiting): lets
+    /// the task's reader write before the producer reads on, when the run is more than [`LEAD`]
+    /// events ahead of it. The producer's read loop calls it after every append.
+    pub async fn pace(&self, run: &Run, handed: bool) {
+        if !handed && self.ahead(run.head()) {
+            tokio::task::yield_now().await;
+        }
+    }
+
     /// How many appends were handed over.
     pub fn count(&self) -> u64 {
-        self.0.lock().count
+        self.st.lock().count
     }
 
     /// What was handed since the reader armed it, if anything (and disarms it).
     pub fn take(&self) -> Option<Handed> {
-        let mut st = self.0.lock();
+        let mut st = self.st.lock();
         st.armed = None;
         st.handed.take()
     }
 
     /// After `run` recorded `recorded` of `batch` (the producer's read loop calls it after
     /// every append): hands the batch's frames over when the reader waits armed just before it
-    /// and the whole batch was recorded.
-    pub fn appended(&self, run: &Run, batch: &[Event], recorded: usize) {
-        let mut st = self.0.lock();
+    /// and the whole batch was recorded. False when the reader was not waiting (it is writing,
+    /// or behind).
+    pub fn appended(&self, run: &Run, batch: &[Event], recorded: usize) -> bool {
+        let mut st = self.st.lock();
         let Some(cursor) = st.armed.take() else {
-            return;
+            return false;
         };
         let n = batch.len() as u64;
         if recorded != batch.len() || n == 0 || run.head() != cursor + n {
-            return;
+            return true;
         }
         let encoder = st
             .encoder
@@ -106,5 +146,6 @@ impl Handoff {
             last: cursor + n,
             at: Instant::now(),
         });
+        true
     }
 }

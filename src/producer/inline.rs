@@ -1,6 +1,7 @@
 //! A producer run inside its requester's task ([`Producing`]): polled beside the requester's
 //! reader, so an event wakes one task, not two (docs/performance.md, 2026-12-06), and handed
-//! to a task of its own when the reader is done before the run is.
+//! to a task of its own when the reader is done before the run is, or falls behind it
+//! ([`Producing::detach`]).
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
@@ -18,6 +19,8 @@ pub struct Producing<P: Future<Output = ()> + Send + 'static> {
     handoff: Option<Arc<Handoff>>,
     /// Set while the producer's future is polled: still set when dropped, its poll panicked.
     in_poll: bool,
+    /// Handed to a task of its own before its end ([`Self::detach`]).
+    detached: bool,
 }
 
 impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
@@ -29,6 +32,7 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
             fut: Some(Box::pin(fut)),
             handoff: None,
             in_poll: false,
+            detached: false,
         }
     }
 
@@ -38,6 +42,7 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
             fut: Some(Box::pin(fut)),
             handoff: Some(handoff),
             in_poll: false,
+            detached: false,
         }
     }
 
@@ -58,9 +63,35 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
         }
     }
 
-    /// Whether the producer's future has ended (the run's end is published and accounted).
+    /// Whether the producer's future has ended in this task (the run's end is published and
+    /// accounted); false once it was handed to a task of its own.
     pub fn ended(&self) -> bool {
-        self.fut.is_none()
+        self.fut.is_none() && !self.detached
+    }
+
+    /// Hands what remains of the producer to a task of its own now (still counted by the
+    /// producers' tracker), so the upstream read and the reader's writes run on two threads
+    /// again, the producer no longer paced by the reader: the reader calls it when its write
+    /// waits for the client's socket while the run grows (a run faster than its client, or a
+    /// slow client), where one task for both would build the reader's resets and read the
+    /// upstream in turn (docs/performance.md, "one stream at full speed"). From then on
+    /// [`Self::poll`] polls nothing. Outside a runtime it keeps the producer.
+    pub fn detach(&mut self) {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            if let Some(fut) = self.fut.take() {
+                if let Some(h) = &self.handoff {
+                    h.disarm();
+                    h.release();
+                }
+                rt.spawn(fut);
+                self.detached = true;
+            }
+        }
+    }
+
+    /// Whether [`Self::detach`] handed the producer to a task of its own.
+    pub fn detached(&self) -> bool {
+        self.detached
     }
 
     /// Runs `work` to its end with the producer polled beside it, first at every wake: a
@@ -74,11 +105,11 @@ impl<P: Future<Output = ()> + Send + 'static> Producing<P> {
         .await
     }
 
-    /// Runs the producer to its end in this task.
+    /// Runs the producer to its end in this task (at once when it was detached).
     pub async fn finish(&mut self) {
         poll_fn(|cx| {
             self.poll(cx);
-            match self.ended() {
+            match self.fut.is_none() {
                 true => Poll::Ready(()),
                 false => Poll::Pending,
             }

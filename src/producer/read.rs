@@ -148,7 +148,10 @@ pub(super) async fn read(
         // The journal counts what it holds in the registry's recorded bytes itself.
         let appended = run.append_raw(&batch, ingest.take_raw());
         if let Some(h) = &limits.handoff {
-            h.appended(run, &batch, appended.events);
+            // The requester polled beside this producer writes its backlog before the next
+            // read when the run got more than one write ahead of it.
+            let handed = h.appended(run, &batch, appended.events);
+            h.pace(run, handed).await;
         }
         ids.set(ingest.held_bytes());
         if appended.events < batch.len() {

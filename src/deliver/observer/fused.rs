@@ -10,7 +10,10 @@
 //! the general path), and waits again. A write that waits for the client's socket stays in
 //! flight across wakes while the producer keeps reading; the reader catches up from the journal
 //! afterwards, in writes of up to 512 frames, or by a snapshot when it fell out of the window, as
-//! any reader.
+//! any reader. The producer reads at most one write's worth ahead of what the reader has written
+//! before it lets the reader write ([`Handoff::ahead`]); and when the run grows while a write
+//! waits for the client's socket (a run faster than its client), the producer goes on in a task
+//! of its own ([`Producing::detach`]) and the reader waits on the run's watch as any reader.
 
 use std::future::{poll_fn, Future};
 use std::pin::pin;
@@ -60,6 +63,7 @@ pub async fn serve_fused<S: Sink, P: Future<Output = ()> + Send + 'static>(
     // Nothing more is handed to a reader that is done.
     if let Some(h) = &handoff {
         h.disarm();
+        h.release();
     }
     metrics.observers_active.dec();
     debug!("requester of run {} ended: {outcome:?}", run.id());
@@ -160,8 +164,16 @@ impl Reader<'_> {
         None
     }
 
+    /// The producer went on in a task of its own: nothing more is handed over.
+    fn detached(&mut self) {
+        self.handoff = None;
+    }
+
     /// The next step, or the reader's end (shutdown, checked before each wait).
     fn next(&mut self, idle: &mut Idle<'_>, run: &Run) -> Result<Op, Exit> {
+        if let Some(h) = self.handoff {
+            h.wrote(self.cursor);
+        }
         if let Some(handed) = self.handed(idle, run) {
             return Ok(Op::Direct(handed));
         }
@@ -247,10 +259,22 @@ async fn fused_loop<S: Sink, P: Future<Output = ()> + Send + 'static>(
                 }
             }
         }
+        let head = run.head();
         producing.poll(cx);
+        let produced = run.head() != head;
         loop {
             if let Some(op) = slot.as_mut().as_pin_mut() {
                 let Poll::Ready((s, i, done)) = op.poll(cx) else {
+                    if produced && !waiting && !producing.detached() {
+                        // A write waits for the socket while the run grew: the client is slower
+                        // than the run. The producer goes on in a task of its own.
+                        producing.detach();
+                        reader.detached();
+                        debug!(
+                            "requester of run {} behind: its producer detached",
+                            run.id()
+                        );
+                    }
                     return Poll::Pending;
                 };
                 slot.set(None);

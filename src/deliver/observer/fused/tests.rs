@@ -246,7 +246,8 @@ async fn a_slow_socket_does_not_hold_up_the_producer_and_the_reader_catches_up_f
     let serving = serve_fused(&mut sink, &mut producing, &run, guard, &o, &m, &stop);
     let exit = tokio::time::timeout(Duration::from_secs(60), serving).await;
     assert_eq!(exit, Ok(Exit::Ended));
-    assert!(producing.ended(), "the run ended while the write waited");
+    // The run grew while the write waited: the producer went on in a task of its own.
+    assert!(producing.detached(), "the producer was not detached");
     // Snapshot, event 1, event 2 (slow: the other 598 and the end were appended meanwhile),
     // then the rest from the journal: 512 frames a write at most, the end with the last.
     assert_eq!(sink.writes, 5);
@@ -313,4 +314,53 @@ async fn a_requester_leaving_hands_the_producer_to_a_task_of_its_own() {
     assert!(ended.is_ok(), "the run was not produced to its end");
     assert_eq!(run.head(), 5);
     assert!(run.end().is_some_and(|e| e.persisted));
+}
+
+/// A producer with more than a window of events at once (an upstream faster than one poll of
+/// the task can read) that paces itself as the read loop does, or not: the fused requester's
+/// bytes, on a sink that never waits.
+fn read_all_at_once(paced: bool) -> Vec<u8> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let m = Metrics::new();
+        let stop = CancellationToken::new();
+        // Larger than the lead the producer is allowed (one write, 512 events).
+        let window = 2048;
+        let run = Arc::new(Run::new("r", window));
+        let handoff = Handoff::new();
+        let (r, h) = (run.clone(), handoff.clone());
+        let producer = async move {
+            for i in 0..window * 4 {
+                let batch = [text(i, 8)];
+                let appended = r.append(&batch);
+                let handed = h.appended(&r, &batch, appended.events);
+                if paced {
+                    h.pace(&r, handed).await;
+                }
+            }
+            r.finish(true, None);
+        };
+        let mut producing = Producing::with_handoff(producer, handoff.clone());
+        let mut sink = Collect(Vec::new());
+        let guard = run.observe(Join::Origin);
+        let exit = serve_fused(&mut sink, &mut producing, &run, guard, &opts(), &m, &stop).await;
+        assert_eq!(exit, Exit::Ended);
+        sink.0
+    })
+}
+
+#[test]
+fn a_producer_more_than_one_write_ahead_lets_its_requester_write_before_reading_on() {
+    let snapshots = |b: &[u8]| b.windows(15).filter(|w| w == b"STREAM_SNAPSHOT").count();
+    let events = |b: &[u8]| b.windows(12).filter(|w| w == b"STREAM_EVENT").count();
+    let paced = read_all_at_once(true);
+    assert_eq!(snapshots(&paced), 1, "the requester was reset");
+    assert_eq!(events(&paced), 2048 * 4);
+    // Unpaced, the producer appends all of it in one poll, past the window, before the
+    // requester writes anything: it is reset by a snapshot.
+    let unpaced = read_all_at_once(false);
+    assert_eq!(snapshots(&unpaced), 2);
 }
