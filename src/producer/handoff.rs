@@ -21,7 +21,7 @@ use crate::state::run::Run;
 ///
 /// It also paces the producer while the reader writes a backlog: the reader says how far it has
 /// written ([`Self::wrote`]), and a producer more than [`LEAD`] events ahead of that lets the
-/// task's reader write before it reads on ([`Self::ahead`]), so an upstream faster than one poll
+/// task's reader write before it reads on ([`Self::pace`]), so an upstream faster than one poll
 /// of the task can read does not run the reader out of the window before it writes at all.
 #[derive(Debug, Default)]
 pub struct Handoff {
@@ -89,7 +89,7 @@ impl Handoff {
     }
 
     /// Whether a run at `head` is more than [`LEAD`] events ahead of the reader's writes.
-    pub fn ahead(&self, head: u64) -> bool {
+    fn ahead(&self, head: u64) -> bool {
         head > self.written.load(Ordering::Relaxed).saturating_add(LEAD)
     }
 

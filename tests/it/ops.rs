@@ -337,12 +337,10 @@ fn the_binary_drains_on_sigterm_and_exits_once_the_run_has_ended() {
 fn the_binary_on_one_thread_serves_a_turn_and_drains_on_sigterm() {
     // `[server] threads = 1` runs tokio's current-thread scheduler: everything on the main
     // thread, so this checks that nothing waits on another worker.
-    let dir = std::env::temp_dir().join(format!("tether-one-thread-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("tether.toml");
+    let conf = std::env::temp_dir().join(format!("tether-one-thread-{}.toml", std::process::id()));
     std::fs::write(&conf, "[server]\nthreads = 1\n").unwrap();
     drains_on_sigterm(&["--config", conf.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&conf);
 }
 
 /// Starts the binary in demo mode with `extra` flags, takes a turn's first frames, sends

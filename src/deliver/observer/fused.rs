@@ -11,7 +11,7 @@
 //! flight across wakes while the producer keeps reading; the reader catches up from the journal
 //! afterwards, in writes of up to 512 frames, or by a snapshot when it fell out of the window, as
 //! any reader. The producer reads at most one write's worth ahead of what the reader has written
-//! before it lets the reader write ([`Handoff::ahead`]); and when the run grows while a write
+//! before it lets the reader write ([`Handoff::pace`]); and when the run grows while a write
 //! waits for the client's socket (a run faster than its client), the producer goes on in a task
 //! of its own ([`Producing::detach`]) and the reader waits on the run's watch as any reader.
 

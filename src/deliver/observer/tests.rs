@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
 use super::*;
+use crate::deliver::collect::Tagged;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::{Decoded, Decoder, SseEvent};
 
@@ -238,21 +239,6 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
     assert_eq!(task.await.unwrap(), Exit::Shutdown);
 }
 
-/// A sink that tags every write with its reader's name, into one channel for all readers.
-struct TagSink {
-    tag: &'static str,
-    tx: mpsc::UnboundedSender<(&'static str, Bytes)>,
-}
-
-impl Sink for TagSink {
-    async fn send(&mut self, data: Bytes) -> Result<(), ClientGone> {
-        self.tx.send((self.tag, data)).map_err(|_| ClientGone)
-    }
-    async fn closed(&mut self) {
-        std::future::pending::<()>().await
-    }
-}
-
 #[tokio::test]
 async fn readers_attaching_together_far_behind_each_write_their_first_frame_before_any_backlog() {
     // The first write carries the response head: one frame, then the reader yields, so every
@@ -271,7 +257,7 @@ async fn readers_attaching_together_far_behind_each_write_their_first_frame_befo
         .map(|tag| {
             let (r, m2, s2, tx) = (run.clone(), m.clone(), stop.clone(), tx.clone());
             tokio::spawn(async move {
-                let mut sink = TagSink { tag, tx };
+                let mut sink = Tagged { tag, tx };
                 serve(&mut sink, &r, Start::After(0), None, &opts(), &m2, &s2).await
             })
         })

@@ -1,7 +1,7 @@
 //! Tests of the verbatim write loop over an in-memory run with a raw record.
 
 use super::*;
-use crate::deliver::collect::Collect;
+use crate::deliver::collect::{Collect, Tagged};
 use crate::journal::raw::Frame;
 use crate::record::format::{agui::Agui, Format};
 use crate::record::sse::SseEvent;
@@ -167,23 +167,6 @@ async fn a_backlog_longer_than_one_write_is_written_whole_without_a_further_wake
     assert!(text.ends_with(&format!("\"delta\":\"{}\"}}\n\n", n - 1)));
 }
 
-/// A sink that sends every write, tagged, to a channel.
-struct TagSink {
-    tag: &'static str,
-    tx: tokio::sync::mpsc::UnboundedSender<(&'static str, Bytes)>,
-}
-
-impl Sink for TagSink {
-    async fn send(&mut self, data: Bytes) -> Result<(), crate::deliver::observer::ClientGone> {
-        self.tx
-            .send((self.tag, data))
-            .map_err(|_| crate::deliver::observer::ClientGone)
-    }
-    async fn closed(&mut self) {
-        std::future::pending::<()>().await
-    }
-}
-
 /// The `delta` of every frame in `chunk`, in order.
 fn deltas(chunk: &[u8]) -> Vec<u64> {
     String::from_utf8_lossy(chunk)
@@ -193,7 +176,7 @@ fn deltas(chunk: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Readers of the raw record from `from`, attaching together to a run of `n` frames that
+/// Readers of the raw record from index 0, attaching together to a run of `n` frames that
 /// ended: every write, tagged with its reader, in the order they were made.
 async fn attach_together(n: u64, tags: &[&'static str]) -> Vec<(&'static str, Bytes)> {
     let run = Arc::new(Run::with_raw("r", n as usize + 8, Some(1 << 24)));
@@ -206,7 +189,7 @@ async fn attach_together(n: u64, tags: &[&'static str]) -> Vec<(&'static str, By
         .map(|&tag| {
             let (run, stop, tx) = (run.clone(), stop.clone(), tx.clone());
             tokio::spawn(async move {
-                let mut sink = TagSink { tag, tx };
+                let mut sink = Tagged { tag, tx };
                 let plan = Plan::From(0);
                 serve(&mut sink, &run, plan, Join::Resume, &opts(false), &stop).await
             })
